@@ -1,0 +1,202 @@
+"""The gateway's one YAML file, typed (G8).
+
+`load_config(path)` returns a `Config` or raises `ConfigError` whose `.problems` lists every
+problem as `file: dotted.path: what was expected`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gateway.bridge.config import BridgeConfig
+from gateway.registry import PluginConfig
+from gateway.secrets import SecretError, SecretRef, resolve_secret
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerSettings(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, description="larger bodies get 413")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class ApiKey(_Strict):
+    """One API key: its value by reference (`key`) or its SHA-256 hex digest (`key_sha256`)."""
+
+    key: SecretRef | None = None
+    key_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    user_id: str | None = None
+    org_id: str | None = None
+    display_name: str | None = None
+    email: str | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "ApiKey":
+        if (self.key is None) == (self.key_sha256 is None):
+            raise ValueError("exactly one of 'key' (env:/file: reference) or 'key_sha256' (hex digest)")
+        return self
+
+
+class JwtSettings(_Strict):
+    """JWT verification: an HMAC `secret`, a PEM `public_key`, or a `jwks_url` (fetched at start)."""
+
+    secret: SecretRef | None = None
+    public_key: SecretRef | None = None
+    jwks_url: str | None = None
+    algorithms: list[str] = Field(default_factory=lambda: ["HS256", "RS256", "ES256"])
+    audience: str | None = None
+    issuer: str | None = None
+    user_claim: str = "sub"
+    org_claim: str = "org_id"
+    name_claim: str = "name"
+    email_claim: str = "email"
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "JwtSettings":
+        if sum(x is not None for x in (self.secret, self.public_key, self.jwks_url)) != 1:
+            raise ValueError("exactly one of 'secret', 'public_key' or 'jwks_url'")
+        return self
+
+
+class AuthConfig(_Strict):
+    mode: Literal["none", "api_keys", "jwt"] = "none"
+    api_keys: list[ApiKey] = Field(default_factory=list)
+    jwt: JwtSettings | None = None
+
+    @model_validator(mode="after")
+    def _mode_needs(self) -> "AuthConfig":
+        if self.mode == "api_keys" and not self.api_keys:
+            raise ValueError("mode 'api_keys' needs at least one entry in 'api_keys'")
+        if self.mode == "jwt" and self.jwt is None:
+            raise ValueError("mode 'jwt' needs a 'jwt' section")
+        return self
+
+
+class UpstreamConfig(_Strict):
+    """Where models live. `openai`: any OpenAI-compatible base (fast path); `litellm`: any
+    provider litellm knows (imported lazily); `inspect`: echoes what the model would receive."""
+
+    name: str = Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$")
+    kind: Literal["openai", "litellm", "inspect"]
+    api_base: str | None = None
+    api_key: SecretRef | None = None
+    timeout_seconds: float = Field(default=120, gt=0)
+
+    @model_validator(mode="after")
+    def _base(self) -> "UpstreamConfig":
+        if self.kind == "openai" and not self.api_base:
+            raise ValueError("kind 'openai' needs 'api_base' (e.g. http://127.0.0.1:11434/v1)")
+        return self
+
+
+class RouteConfig(_Strict):
+    model: str = Field(min_length=1, description="the model name clients send")
+    upstream: str
+    upstream_model: str | None = Field(default=None, description="model name sent upstream; default: `model`")
+    plugins: list[PluginConfig] = Field(default_factory=list)
+
+
+class Config(_Strict):
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    upstreams: list[UpstreamConfig] = Field(min_length=1)
+    routes: list[RouteConfig] = Field(min_length=1)
+    bridge: BridgeConfig | None = None
+    base_dir: Path = Field(default=Path("."), exclude=True, description="folder of the YAML file")
+
+    @model_validator(mode="after")
+    def _references(self) -> "Config":
+        names = [u.name for u in self.upstreams]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"upstream names must be unique: {', '.join(dup)}")
+        models = [r.model for r in self.routes]
+        dup = sorted({m for m in models if models.count(m) > 1})
+        if dup:
+            raise ValueError(f"route models must be unique: {', '.join(dup)}")
+        for route in self.routes:
+            if route.upstream not in names:
+                raise ValueError(f"route {route.model!r} names upstream {route.upstream!r}, which is not defined")
+            ids = [getattr(p, "id", None) for p in route.plugins]
+            dup = sorted({i for i in ids if i is not None and ids.count(i) > 1})
+            if dup:
+                raise ValueError(f"route {route.model!r}: plugin ids must be unique within a chain: {', '.join(dup)}")
+        return self
+
+    def upstream(self, name: str) -> UpstreamConfig:
+        return next(u for u in self.upstreams if u.name == name)
+
+
+class ConfigError(Exception):
+    """A config that cannot be served; `problems` holds one line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("mcp_bridge", "prompt_guard", "function-after[_check_ref(), str]")]
+    return ".".join(parts) or "(top level)"
+
+
+def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = None) -> Config:
+    """Validate already-parsed YAML/JSON data."""
+    if not isinstance(data, dict):
+        raise ConfigError([f"{source}: (top level): expected a mapping of sections"])
+    try:
+        config = Config.model_validate({**data, "base_dir": base_dir or Path(".")})
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            msg = err["msg"].removeprefix("Value error, ")
+            problems.append(f"{source}: {_dotted(err['loc'])}: {msg}")
+        raise ConfigError(problems) from None
+    return config
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
+        raise ConfigError([f"{path}: (yaml): not valid YAML at {where}: {getattr(exc, 'problem', exc)}"]) from None
+    return parse_config(data, str(path), path.parent.resolve())
+
+
+def unresolvable_secrets(config: Config, source: str) -> list[str]:
+    """Problems for every secret reference that cannot be read now (used by `check` and start-up)."""
+    problems: list[str] = []
+
+    def visit(node: Any, loc: str) -> None:
+        if isinstance(node, BaseModel):
+            for name in type(node).model_fields:
+                visit(getattr(node, name), f"{loc}.{name}" if loc else name)
+        elif isinstance(node, list):
+            for i, item in enumerate(node):
+                visit(item, f"{loc}.{i}")
+        elif isinstance(node, str) and loc.rsplit(".", 1)[-1] in _SECRET_FIELDS:
+            try:
+                resolve_secret(node, config.base_dir)
+            except SecretError as exc:
+                problems.append(f"{source}: {loc}: {exc}")
+
+    visit(config, "")
+    return problems
+
+
+_SECRET_FIELDS = {"key", "api_key", "authSecret", "secret", "public_key"}

@@ -1,0 +1,27 @@
+"""Who is calling: the result of authentication (G3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The caller as resolved at the edge.
+
+    `credential_fp` is a SHA-256 fingerprint of the presented token (never the token itself);
+    it lets anonymous-but-keyed callers be told apart without storing their secret.
+    """
+
+    user_id: str | None = None
+    org_id: str | None = None
+    display_name: str | None = None
+    email: str | None = None
+    credential_fp: str | None = None
+
+    @property
+    def is_anonymous(self) -> bool:
+        return self.user_id is None and self.org_id is None
+
+
+ANONYMOUS = Identity()

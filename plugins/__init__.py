@@ -1,0 +1,1 @@
+"""Plugins shipped with toolgate (see gateway.registry for the list)."""

@@ -1,0 +1,73 @@
+"""Configuration of one mcp_bridge node; keys are exactly the names of SPEC B."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gateway.secrets import SecretRef
+
+_ID = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,31}$")
+
+
+class McpBridgeConfig(BaseModel):
+    """One MCP server offered to the model (B1–B19)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["mcp_bridge"]
+    id: str = Field(default="mcp", description="node name: used in metrics and tool-name prefixes")
+    endpoint: str | None = None
+    command: list[str] | None = Field(default=None, description="stdio server: argv to start")
+    authHeaderName: str | None = None
+    authSecret: SecretRef | None = None
+    toolFilter: list[str] = Field(default_factory=list)
+    resources: str | list[str] = ""
+    prefetchTool: str | None = None
+    prefetchArguments: dict[str, Any] = Field(default_factory=dict)
+    prefetchLabel: str | None = None
+    prefetchResultTemplate: str = "{{result}}"
+    timeoutSeconds: float = Field(default=30, gt=0, le=3600)
+    maxConsecutiveToolCalls: int = Field(default=10, ge=0, le=1000)
+    sessionIdleSeconds: float = Field(default=300, gt=0, description="pooled session lifetime after its last call (B14)")
+
+    @field_validator("id")
+    @classmethod
+    def _id_shape(cls, value: str) -> str:
+        if not _ID.match(value):
+            raise ValueError("a short name: a letter, then letters, digits, '_' or '-' (at most 32)")
+        return value
+
+    @field_validator("prefetchArguments", mode="before")
+    @classmethod
+    def _arguments_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            import json
+
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"JSON object text: {exc.msg} at position {exc.pos}") from None
+        if not isinstance(value, dict):
+            raise ValueError("a JSON object")
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> "McpBridgeConfig":
+        if (self.endpoint is None) == (self.command is None):
+            raise ValueError("exactly one of 'endpoint' (Streamable HTTP URL) or 'command' (stdio argv)")
+        if self.endpoint is not None and not re.match(r"^https?://", self.endpoint):
+            raise ValueError("'endpoint' must be an http:// or https:// URL")
+        if (self.authHeaderName is None) != (self.authSecret is None):
+            raise ValueError("'authHeaderName' and 'authSecret' go together")
+        if self.prefetchTool and self.toolFilter and self.prefetchTool not in self.toolFilter:
+            raise ValueError(f"prefetchTool {self.prefetchTool!r} is not in toolFilter (B9)")
+        return self
+
+    @property
+    def resource_list(self) -> list[str]:
+        """`resources`, one per line (or a YAML list), blanks dropped."""
+        lines = self.resources.splitlines() if isinstance(self.resources, str) else self.resources
+        return [line.strip() for line in lines if line.strip()]
