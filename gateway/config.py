@@ -25,6 +25,7 @@ class ServerSettings(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, description="larger bodies get 413")
+    request_timeout_seconds: float = Field(default=600, gt=0, description="budget for one request, tool rounds included")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 

@@ -1,0 +1,112 @@
+"""Authentication at the edge (G3): a bearer token becomes an `Identity`, or a 401."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import jwt
+
+from gateway.config import AuthConfig, JwtSettings
+from gateway.errors import Unauthorized
+from gateway.identity import ANONYMOUS, Identity
+from gateway.secrets import SecretSet, resolve_secret
+
+
+def fingerprint(token: str) -> str:
+    """SHA-256 hex of a token: safe to keep, compare and hash into keys."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, or None."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+class Authenticator:
+    """Resolves a presented token to an `Identity` according to `auth.mode`."""
+
+    def __init__(self, config: AuthConfig, base_dir: Path, secrets: SecretSet) -> None:
+        self.mode = config.mode
+        self._keys: dict[str, Identity] = {}
+        self._jwt: JwtSettings | None = config.jwt
+        self._jwt_key: Any = None
+        self._jwks: jwt.PyJWKSet | None = None
+        for entry in config.api_keys:
+            digest = entry.key_sha256 or fingerprint(resolve_secret(entry.key or "", base_dir, secrets))
+            self._keys[digest] = Identity(entry.user_id, entry.org_id, entry.display_name, entry.email, digest)
+        if config.mode == "jwt" and self._jwt is not None:
+            if self._jwt.secret:
+                self._jwt_key = resolve_secret(self._jwt.secret, base_dir, secrets)
+            elif self._jwt.public_key:
+                self._jwt_key = resolve_secret(self._jwt.public_key, base_dir, secrets)
+
+    async def load_jwks(self, http: httpx2.AsyncClient) -> None:
+        """Fetch the JWKS once at start-up when `jwt.jwks_url` is configured."""
+        if self.mode == "jwt" and self._jwt is not None and self._jwt.jwks_url:
+            response = await http.get(self._jwt.jwks_url, timeout=10)
+            response.raise_for_status()
+            self._jwks = jwt.PyJWKSet.from_dict(json.loads(response.content))
+
+    def authenticate(self, authorization: str | None) -> Identity:
+        """The caller's identity; raises `Unauthorized` (401) without a valid credential."""
+        if self.mode == "none":
+            token = bearer_token(authorization)
+            return Identity(credential_fp=fingerprint(token)) if token else ANONYMOUS
+        token = bearer_token(authorization)
+        if token is None:
+            raise Unauthorized("missing credential: send 'Authorization: Bearer <token>'")
+        if self.mode == "api_keys":
+            return self._by_key(token)
+        return self._by_jwt(token)
+
+    def _by_key(self, token: str) -> Identity:
+        digest = fingerprint(token)
+        for known, identity in self._keys.items():
+            if hmac.compare_digest(known, digest):
+                return identity
+        raise Unauthorized("invalid API key")
+
+    def _by_jwt(self, token: str) -> Identity:
+        settings = self._jwt
+        assert settings is not None
+        try:
+            key = self._jwt_key
+            if self._jwks is not None:
+                kid = jwt.get_unverified_header(token).get("kid")
+                key = next((k.key for k in self._jwks.keys if kid is None or k.key_id == kid), None)
+                if key is None:
+                    raise Unauthorized("invalid token: no matching key in the JWKS")
+            claims = jwt.decode(
+                token,
+                key,
+                algorithms=settings.algorithms,
+                audience=settings.audience,
+                issuer=settings.issuer,
+                options={"require": ["exp"], "verify_aud": settings.audience is not None},
+            )
+        except jwt.ExpiredSignatureError:
+            raise Unauthorized("invalid token: expired") from None
+        except jwt.InvalidTokenError as exc:
+            raise Unauthorized(f"invalid token: {type(exc).__name__}") from None
+
+        def claim(name: str) -> str | None:
+            value = claims.get(name)
+            return str(value) if value is not None else None
+
+        return Identity(
+            user_id=claim(settings.user_claim),
+            org_id=claim(settings.org_claim),
+            display_name=claim(settings.name_claim),
+            email=claim(settings.email_claim),
+            credential_fp=fingerprint(token),
+        )

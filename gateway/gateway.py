@@ -1,0 +1,70 @@
+"""The running gateway: upstream clients and one plugin chain per route, built from a Config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx2
+
+from gateway.auth import Authenticator
+from gateway.chain import Chain
+from gateway.config import Config, RouteConfig, UpstreamConfig
+from gateway.metrics import GatewayMetrics
+from gateway.plugins import PluginEnv
+from gateway.registry import build_plugin
+from gateway.secrets import SecretSet, resolve_secret
+from gateway.upstream.base import Upstream
+from gateway.upstream.inspect import InspectUpstream
+from gateway.upstream.litellm_upstream import LiteLLMUpstream
+from gateway.upstream.openai_compat import OpenAICompatUpstream
+
+
+@dataclass
+class Route:
+    config: RouteConfig
+    upstream: Upstream
+    chain: Chain
+
+    @property
+    def upstream_model(self) -> str:
+        return self.config.upstream_model or self.config.model
+
+
+def _upstream(config: UpstreamConfig, base: Config, http: httpx2.AsyncClient, secrets: SecretSet) -> Upstream:
+    key = resolve_secret(config.api_key, base.base_dir, secrets) if config.api_key else None
+    if config.kind == "openai":
+        assert config.api_base is not None
+        return OpenAICompatUpstream(config.name, config.api_base, key, config.timeout_seconds, http)
+    if config.kind == "litellm":
+        return LiteLLMUpstream(config.name, config.api_base, key, config.timeout_seconds)
+    return InspectUpstream(config.name)
+
+
+class Gateway:
+    """Everything a request needs, built once at start-up (secrets resolved here)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.secrets = SecretSet()
+        self.metrics = GatewayMetrics()
+        self.http = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(120, connect=10),
+            limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=200),
+        )
+        self.ready = False
+        self.auth = Authenticator(config.auth, config.base_dir, self.secrets)
+        upstreams = {u.name: _upstream(u, config, self.http, self.secrets) for u in config.upstreams}
+        self.routes: dict[str, Route] = {
+            r.model: Route(r, upstreams[r.upstream], Chain(r.model, [build_plugin(p) for p in r.plugins], self.metrics))
+            for r in config.routes
+        }
+
+    async def start(self) -> None:
+        await self.auth.load_jwks(self.http)
+        for name, route in self.routes.items():
+            await route.chain.start(PluginEnv(http=self.http, metrics=self.metrics.registry, route=name))
+
+    async def stop(self) -> None:
+        for route in self.routes.values():
+            await route.chain.stop()
+        await self.http.aclose()

@@ -1,0 +1,186 @@
+"""The tool loop (B1, B2, G7): call the model, run the gateway's tool calls, call it again.
+
+Plain code fed by callables (`TurnIO`): it imports no HTTP or MCP code. Tool failures reach the
+model as tool results; only gateway failures (refusals, upstream errors) raise.
+
+Streaming: every round is streamed from the upstream. Text deltas reach the client as they come;
+tool-call deltas are held back until the round ends. A round that calls gateway tools is executed
+and followed by another round; no intermediate `finish_reason: tool_calls` reaches the client.
+A round that calls client tools (G7) ends the response with those calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+CAP_MESSAGE = "not executed: the gateway's limit of consecutive tool calls was reached"
+
+
+@dataclass
+class TurnIO:
+    """The loop's view of the world."""
+
+    complete: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+    stream: Callable[[dict[str, Any]], AsyncIterator[dict[str, Any]]]
+    call_tool: Callable[[str, str], Awaitable[str]]
+    """(exposed tool name, JSON arguments) → the text the model reads."""
+    gateway_tools: frozenset[str]
+    max_tool_calls: int
+
+
+@dataclass
+class LoopStats:
+    tool_calls: int = 0
+    rounds: int = 0
+    cap_reached: bool = False
+    usage: dict[str, int] = field(default_factory=dict)
+
+    def add_usage(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            value = usage.get(key)
+            if isinstance(value, int):
+                self.usage[key] = self.usage.get(key, 0) + value
+
+    def summary(self) -> dict[str, Any]:
+        return {"tool_calls": self.tool_calls, "rounds": self.rounds, "tool_cap_reached": self.cap_reached}
+
+
+def _split_calls(calls: list[dict[str, Any]], gateway: frozenset[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    mine = [c for c in calls if c.get("function", {}).get("name") in gateway]
+    theirs = [c for c in calls if c.get("function", {}).get("name") not in gateway]
+    return mine, theirs
+
+
+async def _run_round(io: TurnIO, stats: LoopStats, messages: list[dict[str, Any]], message: dict[str, Any], calls: list[dict[str, Any]]) -> None:
+    """Execute one round's gateway calls concurrently (each counts toward the cap) and append
+    the assistant message and one tool message per call."""
+    remaining = max(io.max_tool_calls - stats.tool_calls, 0)
+    run, refused = calls[:remaining], calls[remaining:]
+
+    async def one(call: dict[str, Any]) -> str:
+        fn = call.get("function", {})
+        return await io.call_tool(fn.get("name", ""), fn.get("arguments") or "{}")
+
+    results: list[str] = []
+    if run:
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(one(call)) for call in run]
+        except* Exception as eg:  # a refusal or gateway failure in one call cancels the others
+            raise eg.exceptions[0] from None
+        results = [t.result() for t in tasks]
+    stats.tool_calls += len(run)
+    messages.append({"role": "assistant", "content": message.get("content"), "tool_calls": calls})
+    for call, text in zip(calls, results + [CAP_MESSAGE] * len(refused)):
+        messages.append({"role": "tool", "tool_call_id": call.get("id"), "content": text})
+    if stats.tool_calls >= io.max_tool_calls:
+        stats.cap_reached = True
+
+
+def _turn_body(body: dict[str, Any], messages: list[dict[str, Any]], stats: LoopStats) -> dict[str, Any]:
+    turn = {**body, "messages": messages}
+    if stats.cap_reached and body.get("tools"):
+        turn["tool_choice"] = "none"  # the last call: tools disabled so the client gets an answer (B2)
+    return turn
+
+
+async def run_completion(body: dict[str, Any], io: TurnIO) -> tuple[dict[str, Any], LoopStats]:
+    """Non-streaming: the final `chat.completion`, usage summed over every upstream call (G1)."""
+    stats = LoopStats()
+    messages = list(body["messages"])
+    while True:
+        response = await io.complete(_turn_body(body, messages, stats))
+        stats.rounds += 1
+        stats.add_usage(response.get("usage"))
+        choice = response["choices"][0]
+        message = choice["message"]
+        mine, theirs = _split_calls(message.get("tool_calls") or [], io.gateway_tools)
+        if theirs:  # G7: the client's own tool calls end the loop and go back to the client
+            message["tool_calls"] = theirs
+            choice["finish_reason"] = "tool_calls"
+        if theirs or not mine or stats.cap_reached:
+            if stats.cap_reached and mine:
+                message.pop("tool_calls", None)
+                choice["finish_reason"] = "stop"
+            if stats.usage:
+                response["usage"] = {**(response.get("usage") or {}), **stats.usage}
+            return response, stats
+        await _run_round(io, stats, messages, message, mine)
+
+
+class _ChunkAccumulator:
+    """Rebuilds tool calls from streamed deltas (id and name first, arguments in fragments)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.content: list[str] = []
+
+    def add(self, delta: dict[str, Any]) -> None:
+        if isinstance(delta.get("content"), str):
+            self.content.append(delta["content"])
+        for part in delta.get("tool_calls") or []:
+            index = part.get("index", 0)
+            call = self.calls.setdefault(index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+            if part.get("id"):
+                call["id"] = part["id"]
+            fn = part.get("function") or {}
+            if fn.get("name"):
+                call["function"]["name"] += fn["name"]
+            if fn.get("arguments"):
+                call["function"]["arguments"] += fn["arguments"]
+
+    def message(self) -> dict[str, Any]:
+        return {"role": "assistant", "content": "".join(self.content) or None}
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        return [self.calls[i] for i in sorted(self.calls)]
+
+
+async def run_stream(body: dict[str, Any], io: TurnIO, include_usage: bool) -> AsyncIterator[dict[str, Any]]:
+    """Streaming: yields the chunks the client receives; the last carries a `toolgate` summary."""
+    stats = LoopStats()
+    messages = list(body["messages"])
+    head: dict[str, Any] | None = None
+    role_sent = False
+    while True:
+        acc = _ChunkAccumulator()
+        finish: str | None = None
+        async for chunk in io.stream(_turn_body(body, messages, stats)):
+            stats.add_usage(chunk.get("usage"))
+            choices = chunk.get("choices") or []
+            if head is None and choices:
+                head = {k: chunk[k] for k in ("id", "object", "created", "model") if k in chunk}
+            if not choices:
+                continue
+            choice = choices[0]
+            delta = dict(choice.get("delta") or {})
+            acc.add(delta)
+            finish = choice.get("finish_reason") or finish
+            delta.pop("tool_calls", None)
+            if role_sent:
+                delta.pop("role", None)
+            if delta.get("content") or (delta.get("role") and not role_sent):
+                role_sent = role_sent or "role" in delta
+                yield {**(head or {}), "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        stats.rounds += 1
+        mine, theirs = _split_calls(acc.tool_calls(), io.gateway_tools)
+        if mine and not theirs and not stats.cap_reached:
+            await _run_round(io, stats, messages, acc.message(), mine)
+            continue
+        base = {**(head or {"object": "chat.completion.chunk"}), "object": "chat.completion.chunk"}
+        if theirs:
+            calls = [{**copy.deepcopy(c), "index": i} for i, c in enumerate(theirs)]
+            yield {**base, "choices": [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": None}]}
+            finish = "tool_calls"
+        elif finish == "tool_calls" or finish is None:
+            finish = "stop"
+        yield {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "toolgate": stats.summary()}
+        if include_usage:
+            yield {**base, "choices": [], "usage": stats.usage}
+        return

@@ -1,0 +1,1 @@
+"""Upstream model clients: `openai` (native fast path), `litellm` (lazy), `inspect` (built-in)."""

@@ -1,0 +1,85 @@
+"""The built-in `inspect` upstream: answers with exactly what the model would have received.
+
+Operators use it to see what the plugin chain did (prefetch blocks, resources, tools offered);
+it is also the demo's model, so the gateway runs with no API key.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                parts.append(str(part.get("text", "")))
+            elif isinstance(part, dict):
+                parts.append(f"[{part.get('type', 'part')}]")
+        return "\n".join(parts)
+    return json.dumps(content, ensure_ascii=False)
+
+
+def render(body: dict[str, Any]) -> str:
+    """The messages and tools of a request as readable text."""
+    lines = [f"model: {body.get('model')}", ""]
+    for i, message in enumerate(body.get("messages", [])):
+        role = message.get("role", "?") if isinstance(message, dict) else "?"
+        lines.append(f"--- message {i + 1}: {role} ---")
+        if isinstance(message, dict):
+            lines.append(_content_text(message.get("content")))
+            for call in message.get("tool_calls") or []:
+                fn = call.get("function", {}) if isinstance(call, dict) else {}
+                lines.append(f"(tool call {fn.get('name')} {fn.get('arguments')})")
+        lines.append("")
+    tools = body.get("tools") or []
+    lines.append(f"--- tools offered: {len(tools)} ---")
+    for tool in tools:
+        fn = tool.get("function", {}) if isinstance(tool, dict) else {}
+        desc = (fn.get("description") or "").strip().splitlines()
+        lines.append(f"- {fn.get('name')}: {desc[0] if desc else ''}")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+class InspectUpstream:
+    """Never calls tools; its answer is `render(body)`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _usage(self, body: dict[str, Any], text: str) -> dict[str, int]:
+        prompt = sum(len(_content_text(m.get("content")).split()) for m in body.get("messages", []) if isinstance(m, dict))
+        completion = len(text.split())
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        text = render(body)
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": str(body.get("model")),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": self._usage(body, text),
+        }
+
+    async def stream(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        text = render(body)
+        base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()), "model": str(body.get("model"))}
+        yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+        for line in text.splitlines(keepends=True):
+            yield {**base, "choices": [{"index": 0, "delta": {"content": line}, "finish_reason": None}]}
+        yield {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        yield {**base, "choices": [], "usage": self._usage(body, text)}
+
+    async def aclose(self) -> None:
+        """Nothing to close."""

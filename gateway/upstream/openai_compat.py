@@ -1,0 +1,73 @@
+"""The native fast path: any OpenAI-compatible base over one shared `httpx2.AsyncClient`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+
+from gateway.errors import UpstreamError, UpstreamTimeout
+from gateway.upstream.base import check_chunk, check_completion, error_for_status
+
+
+class OpenAICompatUpstream:
+    """POSTs to `{api_base}/chat/completions`; maps transport failures to 502/504 (G5)."""
+
+    def __init__(self, name: str, api_base: str, api_key: str | None, timeout: float, http: httpx2.AsyncClient) -> None:
+        self.name = name
+        self._url = api_base.rstrip("/") + "/chat/completions"
+        self._headers = {"content-type": "application/json"}
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
+        self._timeout = httpx2.Timeout(timeout, connect=min(timeout, 10.0))
+        self._timeout_s = timeout
+        self._http = http
+
+    def _transport_error(self, exc: httpx2.HTTPError) -> Exception:
+        if isinstance(exc, httpx2.TimeoutException):
+            return UpstreamTimeout(f"upstream '{self.name}' did not answer within {self._timeout_s:g}s")
+        if isinstance(exc, httpx2.ConnectError):
+            return UpstreamError(f"upstream '{self.name}' is unreachable (connection failed)")
+        return UpstreamError(f"upstream '{self.name}' failed: {type(exc).__name__}")
+
+    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        payload = json.dumps(body).encode()
+        try:
+            response = await self._http.post(self._url, content=payload, headers=self._headers, timeout=self._timeout)
+        except httpx2.HTTPError as exc:
+            raise self._transport_error(exc) from None
+        if response.status_code >= 400:
+            raise error_for_status(self.name, response.status_code, response.content)
+        try:
+            data = json.loads(response.content)
+        except ValueError:
+            raise UpstreamError(f"upstream '{self.name}' returned a body that is not JSON") from None
+        return check_completion(self.name, data)
+
+    async def stream(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        payload = json.dumps(body).encode()
+        try:
+            async with self._http.stream(
+                "POST", self._url, content=payload, headers=self._headers, timeout=self._timeout
+            ) as response:
+                if response.status_code >= 400:
+                    raise error_for_status(self.name, response.status_code, await response.aread())
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        return
+                    try:
+                        chunk = json.loads(data)
+                    except ValueError:
+                        raise UpstreamError(f"upstream '{self.name}' sent a stream event that is not JSON") from None
+                    yield check_chunk(self.name, chunk)
+        except httpx2.HTTPError as exc:
+            raise self._transport_error(exc) from None
+        raise UpstreamError(f"upstream '{self.name}' ended the stream without [DONE]")
+
+    async def aclose(self) -> None:
+        """The shared client belongs to the app; nothing to close here."""

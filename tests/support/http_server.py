@@ -1,0 +1,67 @@
+"""Run an ASGI app under uvicorn on a loopback port chosen by the OS (port 0), in a thread.
+
+Used for every real server the tests talk to: the scripted upstream, MCP servers, the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+
+
+class ServerThread:
+    """A uvicorn server bound to 127.0.0.1:<free port>, started and stopped from sync code."""
+
+    def __init__(self, app: Any, *, lifespan: str = "on", log_level: str = "warning") -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port: int = self.sock.getsockname()[1]
+        config = uvicorn.Config(app, lifespan=lifespan, log_level=log_level, access_log=False, ws="none")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
+
+    def start(self, timeout: float = 30.0) -> "ServerThread":
+        self.thread.start()
+        deadline = threading.Event()
+        for _ in range(int(timeout * 100)):
+            if self.server.started:
+                return self
+            if not self.thread.is_alive():
+                raise RuntimeError("server thread exited during start-up")
+            deadline.wait(0.01)
+        raise TimeoutError(f"server did not start within {timeout}s")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            self.server.force_exit = True
+            self.thread.join(timeout)
+        self.sock.close()
+
+
+@contextmanager
+def serve(app: Any, **kwargs: Any) -> Iterator[ServerThread]:
+    """`with serve(app) as srv: ... srv.url ...`"""
+    server = ServerThread(app, **kwargs).start()
+    try:
+        yield server
+    finally:
+        server.stop()
