@@ -1,0 +1,91 @@
+"""`toolgate`: serve the gateway, check a config, and the tools of the plugins and the Bridge (G10)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from gateway.config import ConfigError, load_config, unresolvable_secrets
+
+
+def _check(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.path)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 1
+    problems = unresolvable_secrets(config, args.path)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems:
+        return 1
+    print(f"{args.path}: ok ({len(config.routes)} route(s), {len(config.upstreams)} upstream(s))")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.logs import configure_logging
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 2
+    problems = unresolvable_secrets(config, args.config)
+    if problems:
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        return 2
+    host = args.host or config.server.host
+    port = args.port if args.port is not None else config.server.port
+    configure_logging(config.server.log_level)
+    if args.workers > 1:
+        os.environ["TOOLGATE_CONFIG"] = os.path.abspath(args.config)
+        uvicorn.run("gateway.app:app_from_env", factory=True, host=host, port=port, workers=args.workers,
+                    log_config=None, access_log=False, ws="none")
+        return 0
+    app = create_app(config)
+    configure_logging(config.server.log_level, app.state.gateway.secrets)
+    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, ws="none")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="toolgate", description="An OpenAI-compatible LLM gateway with MCP tools.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", required=True, help="path of the YAML config")
+    serve.add_argument("--host", default=None, help="bind address (default: server.host, 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="port (default: server.port, 8080)")
+    serve.add_argument("--workers", type=int, default=1, help="worker processes (each keeps its own MCP session pool)")
+    serve.set_defaults(func=_serve)
+
+    check = sub.add_parser("check", help="validate a config file; one line per problem")
+    check.add_argument("path")
+    check.set_defaults(func=_check)
+
+    for register in _registrars():
+        register(sub)
+    return parser
+
+
+def _registrars() -> list:  # type: ignore[type-arg]
+    """The sub-command groups of the plugins and the Bridge (each module has `register`)."""
+    return []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
