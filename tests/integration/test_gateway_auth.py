@@ -1,0 +1,99 @@
+"""Authentication at the edge (G3) and conversation keys scoped by identity (G4)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import httpx2
+import jwt
+import openai
+import pytest
+
+from gateway.auth import Authenticator
+from gateway.config import AuthConfig
+from gateway.conversation import conversation_key
+from gateway.errors import Unauthorized
+from gateway.identity import Identity
+from gateway.secrets import SecretSet
+from tests.support.gateway import client, running_gateway, simple_config
+from tests.support.upstream import ScriptedUpstream
+
+USER = [{"role": "user", "content": "hello"}]
+ALICE_KEY = "tg-alice-0123456789abcdef"
+BOB_KEY = "tg-bob-fedcba9876543210"
+
+
+@pytest.fixture
+def keyed(monkeypatch: pytest.MonkeyPatch) -> dict:
+    monkeypatch.setenv("ALICE_KEY", ALICE_KEY)
+    return {
+        "mode": "api_keys",
+        "api_keys": [
+            {"key": "env:ALICE_KEY", "user_id": "alice", "org_id": "acme", "display_name": "Alice", "email": "alice@acme.test"},
+            {"key_sha256": hashlib.sha256(BOB_KEY.encode()).hexdigest(), "user_id": "bob"},
+        ],
+    }
+
+
+def test_api_keys_from_env_or_hash_are_accepted_and_others_get_401(upstream: ScriptedUpstream, keyed: dict) -> None:
+    # R: G3
+    with running_gateway(simple_config(upstream.url, auth=keyed)) as gw:
+        assert client(gw, ALICE_KEY).chat.completions.create(model="assistant", messages=USER).choices
+        assert client(gw, BOB_KEY).chat.completions.create(model="assistant", messages=USER).choices
+        with pytest.raises(openai.AuthenticationError) as wrong:
+            client(gw, "tg-wrong").chat.completions.create(model="assistant", messages=USER)
+        missing = httpx2.post(gw.url + "/v1/chat/completions", json={"model": "assistant", "messages": USER})
+        models = httpx2.get(gw.url + "/v1/models")
+    assert wrong.value.status_code == 401 and "invalid API key" in wrong.value.message
+    assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+    assert missing.json()["error"]["type"] == "authentication_error"
+    assert models.status_code == 401
+    assert len(upstream.requests) == 2
+
+
+def test_jwt_is_verified_and_its_claims_become_the_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    # R: G3
+    monkeypatch.setenv("JWT_SECRET", "s3cret-for-hmac-signing-0123456789")
+    auth = Authenticator(AuthConfig(mode="jwt", jwt={"secret": "env:JWT_SECRET", "audience": "toolgate"}), __import__("pathlib").Path("."), SecretSet())
+    claims = {"sub": "u1", "org_id": "o1", "name": "Una", "email": "u@o.test", "aud": "toolgate", "exp": int(time.time()) + 60}
+    token = jwt.encode(claims, "s3cret-for-hmac-signing-0123456789", algorithm="HS256")
+    identity = auth.authenticate(f"Bearer {token}")
+    assert (identity.user_id, identity.org_id, identity.display_name, identity.email) == ("u1", "o1", "Una", "u@o.test")
+    assert identity.credential_fp == hashlib.sha256(token.encode()).hexdigest()
+    expired = jwt.encode({**claims, "exp": int(time.time()) - 10}, "s3cret-for-hmac-signing-0123456789", algorithm="HS256")
+    forged = jwt.encode(claims, "another-secret-entirely-0123456789", algorithm="HS256")
+    wrong_aud = jwt.encode({**claims, "aud": "other"}, "s3cret-for-hmac-signing-0123456789", algorithm="HS256")
+    for bad, reason in ((expired, "expired"), (forged, "InvalidSignatureError"), (wrong_aud, "InvalidAudienceError"), ("junk", "DecodeError")):
+        with pytest.raises(Unauthorized) as caught:
+            auth.authenticate(f"Bearer {bad}")
+        assert reason in caught.value.message
+
+
+def test_auth_off_gives_an_anonymous_identity() -> None:
+    # R: G3
+    auth = Authenticator(AuthConfig(mode="none"), __import__("pathlib").Path("."), SecretSet())
+    assert auth.authenticate(None) == Identity()
+    assert auth.authenticate("Bearer abc").is_anonymous
+
+
+def test_client_conversation_ids_are_scoped_by_identity() -> None:
+    # R: G4
+    alice, bob = Identity("alice", "acme", credential_fp="a"), Identity("bob", "acme", credential_fp="b")
+    assert conversation_key(alice, "conv-1", USER) == conversation_key(alice, "conv-1", [{"role": "user", "content": "other"}])
+    assert conversation_key(alice, "conv-1", USER) != conversation_key(bob, "conv-1", USER)
+    anon1, anon2 = Identity(credential_fp="k1"), Identity(credential_fp="k2")
+    assert conversation_key(anon1, "conv-1", USER) != conversation_key(anon2, "conv-1", USER)
+
+
+def test_derived_key_needs_a_user_or_org_and_never_contains_the_token() -> None:
+    # R: G4
+    token_fp = hashlib.sha256(b"tg-secret-token").hexdigest()
+    alice = Identity("alice", None, credential_fp=token_fp)
+    first = [{"role": "user", "content": "start"}]
+    later = first + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "next"}]
+    key = conversation_key(alice, None, first)
+    assert key is not None and key == conversation_key(alice, None, later)
+    assert key != conversation_key(alice, None, [{"role": "user", "content": "another conversation"}])
+    assert "tg-secret-token" not in key and token_fp not in key
+    assert conversation_key(Identity(credential_fp=token_fp), None, first) is None

@@ -1,0 +1,110 @@
+"""Typed config (G8) and the CLI's `check` (G10)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main
+from gateway.config import ConfigError, load_config, parse_config
+from gateway.secrets import SecretError, resolve_secret
+
+GOOD = """
+upstreams: [{name: local, kind: openai, api_base: "http://127.0.0.1:9/v1", api_key: env:TG_TEST_KEY}]
+routes: [{model: assistant, upstream: local}]
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "toolgate.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_every_problem_is_reported_with_file_and_dotted_path(tmp_path: Path) -> None:
+    # R: G8
+    path = write(tmp_path, """
+server: {port: 99999}
+upstreams: [{name: u, kind: openai}, {name: u, kind: inspect, surprise: 1}]
+routes:
+  - model: m
+    upstream: u
+    plugins: [{type: mcp_bridge, endpoint: "http://x/mcp", timeoutSeconds: -1}, {type: nope}]
+""")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    problems = caught.value.problems
+    assert f"{path}: server.port: Input should be less than or equal to 65535" in problems
+    assert f"{path}: upstreams.0: kind 'openai' needs 'api_base' (e.g. http://127.0.0.1:11434/v1)" in problems
+    assert f"{path}: upstreams.1.surprise: Extra inputs are not permitted" in problems
+    assert f"{path}: routes.0.plugins.0.timeoutSeconds: Input should be greater than 0" in problems
+    assert any(p.startswith(f"{path}: routes.0.plugins.1: Input tag 'nope'") for p in problems)
+
+
+def test_a_literal_secret_in_the_config_is_refused(tmp_path: Path) -> None:
+    # R: G8, B4
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"upstreams": [{"name": "u", "kind": "openai", "api_base": "http://x/v1", "api_key": "sk-live-123"}],
+                      "routes": [{"model": "m", "upstream": "u"}]}, "cfg")
+    assert caught.value.problems == ["cfg: upstreams.0.api_key: a secret reference: 'env:NAME' or 'file:PATH' (secrets are never written in the config)"]
+    assert "sk-live-123" not in str(caught.value)
+
+
+def test_references_between_sections_are_checked() -> None:
+    # R: G8
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"upstreams": [{"name": "u", "kind": "inspect"}], "routes": [{"model": "m", "upstream": "missing"}]}, "cfg")
+    assert caught.value.problems == ["cfg: (top level): route 'm' names upstream 'missing', which is not defined"]
+
+
+def test_prefetch_tool_outside_the_filter_is_rejected() -> None:
+    # R: B9
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"upstreams": [{"name": "u", "kind": "inspect"}], "routes": [{"model": "m", "upstream": "u", "plugins": [
+            {"type": "mcp_bridge", "endpoint": "http://x/mcp", "toolFilter": ["a"], "prefetchTool": "b"}]}]}, "cfg")
+    assert caught.value.problems == ["cfg: routes.0.plugins.0: prefetchTool 'b' is not in toolFilter (B9)"]
+
+
+def test_secret_references_resolve_from_env_and_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # R: G8
+    monkeypatch.setenv("TG_SECRET", "value-from-env")
+    (tmp_path / "key.txt").write_text("value-from-file\n")
+    assert resolve_secret("env:TG_SECRET") == "value-from-env"
+    assert resolve_secret("file:key.txt", tmp_path) == "value-from-file"
+    with pytest.raises(SecretError, match="environment variable TG_MISSING is not set"):
+        resolve_secret("env:TG_MISSING")
+    with pytest.raises(SecretError, match="cannot read secret file"):
+        resolve_secret("file:absent.txt", tmp_path)
+
+
+def test_check_exits_zero_on_a_good_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # R: G10
+    monkeypatch.setenv("TG_TEST_KEY", "x-secret-value")
+    path = write(tmp_path, GOOD)
+    assert main(["check", str(path)]) == 0
+    assert capsys.readouterr().out == f"{path}: ok (1 route(s), 1 upstream(s))\n"
+
+
+def test_check_names_unset_secrets_without_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # R: G10, G8
+    monkeypatch.delenv("TG_TEST_KEY", raising=False)
+    path = write(tmp_path, GOOD)
+    assert main(["check", str(path)]) == 1
+    assert capsys.readouterr().err == f"{path}: upstreams.0.api_key: environment variable TG_TEST_KEY is not set (from env:TG_TEST_KEY)\n"
+
+
+def test_check_reports_broken_yaml_with_its_position(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # R: G10
+    path = write(tmp_path, "routes: [unclosed\n")
+    assert main(["check", str(path)]) == 1
+    assert capsys.readouterr().err.startswith(f"{path}: (yaml): not valid YAML at line")
+
+
+def test_bundled_configs_are_valid() -> None:
+    # R: G8
+    root = Path(__file__).resolve().parents[2] / "config"
+    for path in sorted(root.glob("*.yaml")):
+        if path.name.startswith("prompt_guard"):
+            continue
+        load_config(path)
