@@ -1,0 +1,161 @@
+"""The Bridge's REST API, scoped to the caller (owner = its user id or `org:<org id>`).
+
+    GET    /bridges                     the caller's bridges
+    POST   /bridges                     {id, owner?, connections}
+    GET    /bridges/{id}                one bridge, with its pipeline names
+    DELETE /bridges/{id}
+    GET    /bridges/{id}/graph          the saved graph (an empty one before the first save)
+    PUT    /bridges/{id}/graph          validate (F8) and save (F12)
+    GET    /connections                 the caller's connections (no secret references)
+    POST   /connections                 {id, owner?, endpoint}
+    DELETE /connections/{id}
+    GET    /audit                       the caller's audit records (see audit_api)
+
+Another account's bridge or connection answers 404, exactly like one that does not exist.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from gateway.bridge.api_support import Authenticate, Conflict, caller_of, json_body, object_body, owner_for, rendered
+from gateway.bridge.config import BridgeDecl, ConnectionConfig
+from gateway.bridge.federation import CallerScope
+from gateway.bridge.graph import Graph, empty_graph
+from gateway.bridge.records import BridgeRecord, ConnectionRecord
+from gateway.bridge.store import BridgeStore
+from gateway.bridge.upstream import Upstreams
+from gateway.bridge.validation import GraphInvalid, GraphProblem, parse_graph
+from gateway.errors import BadRequest, NotFound
+
+
+class BridgeApi:
+    """Route handlers over the store; `routes()` lists them for the app."""
+
+    def __init__(self, store: BridgeStore, upstreams: Upstreams, authenticate: Authenticate) -> None:
+        self._store = store
+        self._upstreams = upstreams
+        self._auth = authenticate
+
+    def routes(self) -> list[BaseRoute]:
+        """Starlette routes of the REST API."""
+        return [
+            Route("/bridges", rendered(self.list_bridges), methods=["GET"]),
+            Route("/bridges", rendered(self.create_bridge), methods=["POST"]),
+            Route("/bridges/{bridge_id}", rendered(self.get_bridge), methods=["GET"]),
+            Route("/bridges/{bridge_id}", rendered(self.delete_bridge), methods=["DELETE"]),
+            Route("/bridges/{bridge_id}/graph", rendered(self.get_graph), methods=["GET"]),
+            Route("/bridges/{bridge_id}/graph", rendered(self.put_graph), methods=["PUT"]),
+            Route("/connections", rendered(self.list_connections), methods=["GET"]),
+            Route("/connections", rendered(self.create_connection), methods=["POST"]),
+            Route("/connections/{connection_id}", rendered(self.delete_connection), methods=["DELETE"]),
+        ]
+
+    async def _bridge(self, request: Request) -> tuple[CallerScope, BridgeRecord]:
+        caller = await caller_of(request, self._auth)
+        bridge_id = request.path_params["bridge_id"]
+        bridge = await self._store.get_bridge(bridge_id)
+        if bridge is None or bridge.owner not in caller.owners:
+            raise NotFound(f"bridge {bridge_id} not found")
+        return caller, bridge
+
+    async def list_bridges(self, request: Request) -> Response:
+        caller = await caller_of(request, self._auth)
+        return JSONResponse({"data": [b.public() for b in await self._store.list_bridges(caller.owners)]})
+
+    async def create_bridge(self, request: Request) -> Response:
+        caller = await caller_of(request, self._auth)
+        data = object_body(await json_body(request), {"id", "owner", "connections"})
+        try:
+            decl = BridgeDecl.model_validate({**data, "owner": owner_for(caller, data.get("owner"))})
+        except ValidationError as exc:
+            raise BadRequest(_first_error(exc)) from None
+        if await self._store.get_bridge(decl.id) is not None:
+            raise Conflict(f"bridge id {decl.id} is taken")
+        mine = {c.id for c in await self._store.list_connections(caller.owners)}
+        unknown = [c for c in decl.connections if c not in mine]
+        if unknown:
+            raise BadRequest(f"unknown connection(s): {', '.join(unknown)}")
+        record = BridgeRecord(decl.id, decl.owner, tuple(decl.connections), "api")
+        await self._store.upsert_bridge(record)
+        return JSONResponse(record.public(), status_code=201)
+
+    async def get_bridge(self, request: Request) -> Response:
+        _, bridge = await self._bridge(request)
+        data = await self._store.load_graph(bridge.id)
+        names = [p.name for p in Graph.model_validate(data).pipelines] if data else []
+        return JSONResponse({**bridge.public(), "pipelines": names, "mcpPath": f"/mcp/{bridge.id}"})
+
+    async def delete_bridge(self, request: Request) -> Response:
+        _, bridge = await self._bridge(request)
+        if bridge.source == "config":
+            raise Conflict(f"bridge {bridge.id} is declared in the config file; remove it there")
+        await self._store.delete_bridge(bridge.id)
+        return Response(status_code=204)
+
+    async def get_graph(self, request: Request) -> Response:
+        _, bridge = await self._bridge(request)
+        data = await self._store.load_graph(bridge.id)
+        return JSONResponse(data if data is not None else empty_graph().dump())
+
+    async def put_graph(self, request: Request) -> Response:
+        _, bridge = await self._bridge(request)
+        try:
+            graph = parse_graph(await json_body(request))
+            foreign = tuple(
+                n.id for n in graph.nodes if n.kind == "tool" and n.connectionId not in bridge.connections
+            )
+            if foreign:
+                names = ", ".join(f"{n} ({graph.node_map()[n].connectionId})" for n in foreign)
+                message = f"tool node(s) name a connection that is not part of bridge {bridge.id}: {names}"
+                raise GraphInvalid([GraphProblem("unknown connection", foreign, message)])
+        except GraphInvalid as exc:
+            return _graph_rejected(exc)
+        await self._store.save_graph(bridge.id, graph.dump(), time.time())
+        return JSONResponse(graph.dump())
+
+    async def list_connections(self, request: Request) -> Response:
+        caller = await caller_of(request, self._auth)
+        return JSONResponse({"data": [c.public() for c in await self._store.list_connections(caller.owners)]})
+
+    async def create_connection(self, request: Request) -> Response:
+        caller = await caller_of(request, self._auth)
+        data = object_body(await json_body(request), {"id", "owner", "endpoint"})
+        try:
+            decl = ConnectionConfig.model_validate({**data, "owner": owner_for(caller, data.get("owner"))})
+        except ValidationError as exc:
+            raise BadRequest(_first_error(exc)) from None
+        if await self._store.get_connection(decl.id) is not None:
+            raise Conflict(f"connection id {decl.id} is taken")
+        record = ConnectionRecord(decl.id, decl.owner, decl.endpoint, source="api")
+        await self._store.upsert_connection(record)
+        return JSONResponse(record.public(), status_code=201)
+
+    async def delete_connection(self, request: Request) -> Response:
+        caller = await caller_of(request, self._auth)
+        conn = await self._store.get_connection(request.path_params["connection_id"])
+        if conn is None or conn.owner not in caller.owners:
+            raise NotFound(f"connection {request.path_params['connection_id']} not found")
+        if conn.source == "config":
+            raise Conflict(f"connection {conn.id} is declared in the config file; remove it there")
+        await self._store.delete_connection(conn.id)
+        self._upstreams.forget(conn.id)
+        return Response(status_code=204)
+
+
+def _graph_rejected(exc: GraphInvalid) -> Response:
+    problems = [{"rule": p.rule, "ids": list(p.ids), "message": p.message} for p in exc.problems]
+    body = {"error": {"message": str(exc), "type": "invalid_request_error", "code": "invalid_graph", "param": None,
+                      "problems": problems}}
+    return JSONResponse(body, status_code=400)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(body)"
+    return f"{where}: {err['msg'].removeprefix('Value error, ')}"

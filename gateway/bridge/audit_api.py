@@ -1,0 +1,69 @@
+"""`GET /audit`: the caller's own audit records, filtered by time range, action, resource, status.
+
+Query parameters: `since`, `until` (ISO 8601, or seconds since the epoch), `action`, `resource`,
+`status`, `limit` (1–1000, default 100). Newest first.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from gateway.bridge.api_support import Authenticate, caller_of, rendered
+from gateway.bridge.records import AuditQuery
+from gateway.bridge.store import BridgeStore
+from gateway.errors import BadRequest
+
+
+def parse_time(value: str | None) -> float | None:
+    """Seconds since the epoch from an ISO 8601 time (UTC when no zone is given) or a number."""
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"not an ISO 8601 time or epoch seconds: {value!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+class AuditApi:
+    """`GET /audit` over the store."""
+
+    def __init__(self, store: BridgeStore, authenticate: Authenticate) -> None:
+        self._store = store
+        self._auth = authenticate
+
+    def routes(self) -> list[BaseRoute]:
+        """The one route."""
+        return [Route("/audit", rendered(self.list_audit), methods=["GET"])]
+
+    async def list_audit(self, request: Request) -> Response:
+        caller = await caller_of(request, self._auth)
+        params = request.query_params
+        try:
+            since, until = parse_time(params.get("since")), parse_time(params.get("until"))
+            limit = int(params.get("limit", "100"))
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        if not 1 <= limit <= 1000:
+            raise BadRequest("limit must be between 1 and 1000")
+        query = AuditQuery(
+            actor_id=caller.actor_id,
+            since=since,
+            until=until,
+            action=params.get("action"),
+            resource=params.get("resource"),
+            status=params.get("status"),
+            limit=limit,
+        )
+        records = await self._store.query_audit(query)
+        return JSONResponse({"data": [r.public() for r in records]})

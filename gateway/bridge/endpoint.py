@@ -1,0 +1,153 @@
+"""The Bridge's MCP endpoint: `/mcp` and `/mcp/{bridge_id}` over Streamable HTTP (F1, F2).
+
+One low-level SDK `Server` whose tool list is computed per request from the caller and the bridge
+in the URL, and one session manager that serves session-ful clients (2025-11-25 handshake) and
+stateless 2026-07-28 requests alike. In front of it, `McpEndpoint` authenticates every HTTP
+message, resolves the bridge (another account's bridge is not found), and binds each session to
+the caller and the bridge it was opened on: the SDK alone would accept a session id on any path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.requests import Request
+from starlette.types import Message, Receive, Scope, Send
+
+from gateway.bridge.federation import CallerScope, owners_of
+from gateway.bridge.handlers import BridgeHandlers
+from gateway.bridge.store import BridgeStore
+from gateway.errors import GatewayError, NotFound
+from gateway.identity import Identity
+
+log = logging.getLogger("toolgate.bridge.endpoint")
+
+SCOPE_KEY = "toolgate.bridge.caller"
+MAX_BOUND_SESSIONS = 10_000
+
+Authenticate = Callable[[Request], Awaitable[Identity]]
+
+
+def build_server(handlers: BridgeHandlers) -> Server[Any]:
+    """The SDK server whose handlers read the caller scope the endpoint put on the HTTP request."""
+
+    def caller(ctx: ServerRequestContext[Any]) -> CallerScope:
+        request = ctx.request
+        scope = request.scope.get(SCOPE_KEY) if isinstance(request, Request) else None
+        if not isinstance(scope, CallerScope):
+            raise RuntimeError("Bridge request without a caller scope")
+        return scope
+
+    async def on_list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=await handlers.list_tools(caller(ctx)))
+
+    async def on_call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+        return await handlers.call_tool(caller(ctx), params.name, params.arguments)
+
+    return Server(
+        "toolgate-bridge",
+        version="0.1.0",
+        instructions="Tools of your MCP connections (<connectionId>__<tool>) and, per bridge, its pipelines.",
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+        # The 2026-07-28 path would otherwise re-run tools/list (every connection) to validate Mcp-Param headers.
+        get_tool_input_schema=lambda name: None,
+    )
+
+
+def build_manager(server: Server[Any], allowed_hosts: list[str]) -> StreamableHTTPSessionManager:
+    """A session-ful manager (stateless 2026-07-28 requests are served by it too)."""
+    security = (
+        TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=[])
+        if allowed_hosts
+        else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    )
+    return StreamableHTTPSessionManager(server, security_settings=security, session_idle_timeout=1800)
+
+
+def _binding(identity: Identity, bridge_id: str | None) -> tuple[str | None, ...]:
+    if identity.is_anonymous:
+        return ("anonymous", identity.credential_fp, bridge_id)
+    return (identity.user_id, identity.org_id, bridge_id)
+
+
+class McpEndpoint:
+    """ASGI app for `/mcp` and `/mcp/{bridge_id}`: auth, bridge scoping, session binding, then the SDK."""
+
+    def __init__(self, store: BridgeStore, authenticate: Authenticate) -> None:
+        self.manager: StreamableHTTPSessionManager | None = None
+        """Set by the service while it runs (a manager runs once, so each start makes a new one)."""
+        self._store = store
+        self._authenticate = authenticate
+        self._sessions: OrderedDict[str, tuple[str | None, ...]] = OrderedDict()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        manager = self.manager
+        if manager is None:
+            await _json(send, 503, {"error": {"message": "the Bridge is not running", "type": "server_error",
+                                              "code": "unavailable", "param": None}})
+            return
+        request = Request(scope, receive)
+        try:
+            identity = await self._authenticate(request)
+            caller = await self._caller(identity, scope.get("path_params", {}).get("bridge_id"))
+        except GatewayError as exc:
+            await _json(send, exc.status, exc.body(), {"www-authenticate": "Bearer"} if exc.status == 401 else {})
+            return
+        binding = _binding(identity, caller.bridge.id if caller.bridge else None)
+        session_id = request.headers.get(MCP_SESSION_ID_HEADER)
+        # Every session is minted through here, so an id we do not hold is foreign, expired or forgotten.
+        if session_id is not None and self._sessions.get(session_id) != binding:
+            log.warning("session %s refused: opened by another caller or on another bridge", session_id[:16])
+            body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Session not found"}}
+            await _json(send, 404, body)
+            return
+        scope[SCOPE_KEY] = caller
+        await manager.handle_request(scope, receive, self._watch(send, session_id, binding, request.method))
+
+    async def _caller(self, identity: Identity, bridge_id: str | None) -> CallerScope:
+        owners = owners_of(identity)
+        if bridge_id is None:
+            return CallerScope(identity, owners)
+        bridge = await self._store.get_bridge(bridge_id)
+        if bridge is None or bridge.owner not in owners:
+            raise NotFound(f"bridge {bridge_id} not found")
+        return CallerScope(identity, owners, bridge)
+
+    def _watch(self, send: Send, session_id: str | None, binding: tuple[str | None, ...], method: str) -> Send:
+        """Record the binding of a session the SDK mints; forget it when the client deletes it."""
+
+        async def watched(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                if session_id is None:
+                    for key, value in message.get("headers", []):
+                        if key.decode("latin-1").lower() == MCP_SESSION_ID_HEADER:
+                            self._bind(value.decode("latin-1"), binding)
+                elif method == "DELETE" and message["status"] < 300:
+                    self._sessions.pop(session_id, None)
+            await send(message)
+
+        return watched
+
+    def _bind(self, session_id: str, binding: tuple[str | None, ...]) -> None:
+        self._sessions[session_id] = binding
+        while len(self._sessions) > MAX_BOUND_SESSIONS:
+            self._sessions.popitem(last=False)
+
+
+async def _json(send: Send, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+    payload = json.dumps(body).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": payload})

@@ -1,0 +1,109 @@
+"""The caller's federation: which connections a caller × bridge sees, their tools, and the way back
+from a federated name to (connection, upstream tool) (F1–F3)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import mcp_types as types
+
+from gateway.bridge.naming import ToolNameMap, federated_name, split_name
+from gateway.bridge.records import BridgeRecord, ConnectionRecord
+from gateway.bridge.store import BridgeStore
+from gateway.bridge.upstream import Upstreams
+from gateway.identity import Identity
+
+log = logging.getLogger("toolgate.bridge.federation")
+
+ANONYMOUS_OWNER = "anonymous"
+
+
+def owners_of(identity: Identity) -> tuple[str, ...]:
+    """Owner keys a caller acts for: its user id and `org:<org id>`; `anonymous` when auth is off."""
+    owners = []
+    if identity.user_id:
+        owners.append(identity.user_id)
+    if identity.org_id:
+        owners.append(f"org:{identity.org_id}")
+    return tuple(owners) or (ANONYMOUS_OWNER,)
+
+
+@dataclass(frozen=True)
+class CallerScope:
+    """Who is calling and through which door: `/mcp` (bridge None) or `/mcp/<bridge id>`."""
+
+    identity: Identity
+    owners: tuple[str, ...]
+    bridge: BridgeRecord | None = None
+
+    @property
+    def name(self) -> str:
+        """The audit `scope` field: `federation` or `bridge:<id>`."""
+        return "federation" if self.bridge is None else f"bridge:{self.bridge.id}"
+
+    @property
+    def actor_id(self) -> str:
+        """The audit actor: the user id, else the org, else `anonymous`."""
+        return self.identity.user_id or self.owners[0]
+
+
+@dataclass(frozen=True)
+class ResolvedTool:
+    """A federated name resolved to the connection and the upstream tool behind it."""
+
+    connection: ConnectionRecord
+    upstream_name: str
+
+
+class Federation:
+    """Lists and resolves the tools of the connections a scope can see."""
+
+    def __init__(self, store: BridgeStore, upstreams: Upstreams) -> None:
+        self._store = store
+        self._upstreams = upstreams
+
+    async def connections(self, scope: CallerScope) -> list[ConnectionRecord]:
+        """The caller's connections; for a bridge, those of its connections the caller owns."""
+        visible = await self._store.list_connections(scope.owners)
+        if scope.bridge is None:
+            return visible
+        by_id = {c.id: c for c in visible}
+        return [by_id[c] for c in scope.bridge.connections if c in by_id]
+
+    async def connection(self, scope: CallerScope, connection_id: str) -> ConnectionRecord | None:
+        """One connection of the scope, by id."""
+        return next((c for c in await self.connections(scope) if c.id == connection_id), None)
+
+    async def tools(self, scope: CallerScope) -> list[types.Tool]:
+        """Every tool of every connection in scope, renamed `<connectionId>__<tool>`; an unreachable
+        connection contributes nothing (and is logged) instead of failing the listing."""
+        conns = await self.connections(scope)
+        listed = await asyncio.gather(*(self._upstreams.list_tools(c) for c in conns), return_exceptions=True)
+        tools: list[types.Tool] = []
+        for conn, result in zip(conns, listed, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("connection %s not listed: %s", conn.id, result)
+                continue
+            seen: set[str] = set()
+            for tool in result:
+                name = federated_name(conn.id, tool.name)
+                if name in seen:
+                    log.warning("connection %s: tool %r maps to %s like an earlier one; skipped", conn.id, tool.name, name)
+                    continue
+                seen.add(name)
+                tools.append(tool.model_copy(update={"name": name}))
+        return tools
+
+    async def resolve(self, scope: CallerScope, name: str) -> ResolvedTool | None:
+        """The connection and upstream tool behind federated `name`, or None when the scope has none."""
+        parts = split_name(name)
+        if parts is None:
+            return None
+        conn = await self.connection(scope, parts[0])
+        if conn is None:
+            return None
+        tools = await self._upstreams.list_tools(conn)
+        upstream = ToolNameMap.build(conn.id, [t.name for t in tools]).upstream(name)
+        return ResolvedTool(conn, upstream) if upstream is not None else None

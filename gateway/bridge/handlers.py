@@ -1,0 +1,132 @@
+"""What `tools/list` and `tools/call` do on the Bridge, transport aside (F1, F4, F9–F12).
+
+`tools/list` on `/mcp` is the caller's federation; on `/mcp/<bridge>` the bridge's federated tools
+plus its pipelines. Every `tools/call` that reaches `call_tool` leaves one audit record, whatever
+its outcome; listing leaves none.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import mcp_types as types
+
+from gateway.bridge.audit import AuditWriter
+from gateway.bridge.audit_args import Scrub, is_mutating, reduce_args
+from gateway.bridge.federation import CallerScope, Federation
+from gateway.bridge.graph import Graph, Pipeline, pipeline_input_schema
+from gateway.bridge.records import AuditAction, AuditRecord
+from gateway.bridge.runner import PipelineFailed, PipelineRefused, plan_run, run_pipeline
+from gateway.bridge.store import BridgeStore
+from gateway.bridge.upstream import UpstreamCallFailed, Upstreams
+
+log = logging.getLogger("toolgate.bridge.handlers")
+
+
+def error_result(message: str) -> types.CallToolResult:
+    """A tool result the agent reads as a failure."""
+    return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
+
+
+class BridgeHandlers:
+    """Lists and calls tools and pipelines for one caller scope at a time."""
+
+    def __init__(
+        self, store: BridgeStore, federation: Federation, upstreams: Upstreams, audit: AuditWriter, scrub: Scrub
+    ) -> None:
+        self._store = store
+        self._federation = federation
+        self._upstreams = upstreams
+        self._audit = audit
+        self._scrub = scrub
+
+    async def graph(self, scope: CallerScope) -> Graph | None:
+        """The saved graph of the scope's bridge (None on `/mcp` or before a graph is saved)."""
+        if scope.bridge is None:
+            return None
+        data = await self._store.load_graph(scope.bridge.id)
+        return Graph.model_validate(data) if data is not None else None
+
+    async def list_tools(self, scope: CallerScope) -> list[types.Tool]:
+        """Federated tools, then the bridge's pipelines (listed under their `name`)."""
+        tools = await self._federation.tools(scope)
+        graph = await self.graph(scope)
+        for pipeline in graph.pipelines if graph is not None else []:
+            tools.append(
+                types.Tool(
+                    name=pipeline.name,
+                    description=pipeline.description or f"Pipeline {pipeline.name} of bridge {scope.bridge.id if scope.bridge else ''}",
+                    input_schema=pipeline_input_schema(graph, pipeline),
+                )
+            )
+        return tools
+
+    async def call_tool(self, scope: CallerScope, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+        """Call a pipeline or a federated tool; always returns a result and always audits."""
+        started = time.perf_counter()
+        action: AuditAction = "mcp.tool_call"
+        mutating = is_mutating(name.partition("__")[2] or name)
+        result = error_result(f"unknown tool: {name}")
+        try:
+            graph = await self.graph(scope)
+            pipeline = graph.pipeline_named(name) if graph is not None else None
+            if graph is not None and pipeline is not None:
+                action = "mcp.pipeline_call"
+                mutating = any(is_mutating(n.tool or "") for n in graph.nodes if n.kind == "tool")
+                result = await self._call_pipeline(scope, graph, pipeline, arguments or {})
+            else:
+                result = await self._call_federated(scope, name, arguments or {})
+            return result
+        finally:
+            self._audit.submit(
+                AuditRecord(
+                    ts=time.time(),
+                    action=action,
+                    actor_id=scope.actor_id,
+                    actor_email=scope.identity.email,
+                    resource=name,
+                    scope=scope.name,
+                    mutating=mutating,
+                    args=reduce_args(arguments, self._scrub),
+                    status="failure" if result.is_error else "success",
+                    duration_ms=(time.perf_counter() - started) * 1000,
+                )
+            )
+
+    async def _call_federated(self, scope: CallerScope, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        try:
+            resolved = await self._federation.resolve(scope, name)
+        except UpstreamCallFailed as exc:
+            return error_result(f"tool {name} failed: {exc}")
+        if resolved is None:
+            return error_result(f"unknown tool: {name}")
+        try:
+            return await self._upstreams.call_tool(resolved.connection, resolved.upstream_name, arguments)
+        except UpstreamCallFailed as exc:
+            return error_result(f"tool {name} failed: {exc}")
+
+    async def _call_pipeline(
+        self, scope: CallerScope, graph: Graph, pipeline: Pipeline, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        try:
+            plan = plan_run(graph, pipeline)
+        except PipelineRefused as exc:
+            return error_result(str(exc))
+        connections = {c.id: c for c in await self._federation.connections(scope)}
+
+        async def call(connection_id: str, tool: str, args: dict[str, Any]) -> types.CallToolResult:
+            conn = connections.get(connection_id)
+            if conn is None:
+                raise UpstreamCallFailed(f"connection {connection_id} is not part of this bridge")
+            return await self._upstreams.call_tool(conn, tool, args)
+
+        try:
+            output = await run_pipeline(graph, plan, arguments, call)
+        except PipelineFailed as exc:
+            return error_result(str(exc))
+        return types.CallToolResult(
+            content=[types.TextContent(text=json.dumps(output, default=str))], structured_content=output
+        )

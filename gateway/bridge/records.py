@@ -1,0 +1,91 @@
+"""Typed records that cross the store boundary: connections, bridges, audit entries, audit queries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Source = Literal["config", "api"]
+AuditAction = Literal["mcp.tool_call", "mcp.pipeline_call"]
+AuditStatus = Literal["success", "failure"]
+
+
+@dataclass(frozen=True)
+class ConnectionRecord:
+    """An MCP server a user or org owns (F3). `auth_secret` is a reference (`env:`/`file:`), never a value."""
+
+    id: str
+    owner: str
+    endpoint: str
+    auth_header_name: str | None = None
+    auth_secret: str | None = None
+    source: Source = "api"
+
+    def public(self) -> dict[str, Any]:
+        """What the REST API shows: no secret reference."""
+        return {
+            "id": self.id,
+            "owner": self.owner,
+            "endpoint": self.endpoint,
+            "authHeaderName": self.auth_header_name,
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class BridgeRecord:
+    """A bridge: an id, an owner, and the ids of the connections it federates."""
+
+    id: str
+    owner: str
+    connections: tuple[str, ...] = ()
+    source: Source = "api"
+
+    def public(self) -> dict[str, Any]:
+        """What the REST API shows."""
+        return {"id": self.id, "owner": self.owner, "connections": list(self.connections), "source": self.source}
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One `tools/call` that reached the handler (F4). `args` is already reduced (see audit_args)."""
+
+    ts: float
+    action: AuditAction
+    actor_id: str
+    actor_email: str | None
+    resource: str
+    scope: str
+    mutating: bool
+    args: dict[str, Any]
+    status: AuditStatus
+    duration_ms: float
+    seq: int | None = None
+
+    def public(self) -> dict[str, Any]:
+        """JSON form for `GET /audit` and `toolgate audit list --json`."""
+        return {
+            "seq": self.seq,
+            "ts": self.ts,
+            "action": self.action,
+            "actor": {"id": self.actor_id, "email": self.actor_email},
+            "resource": self.resource,
+            "scope": self.scope,
+            "mutating": self.mutating,
+            "args": self.args,
+            "status": self.status,
+            "duration_ms": round(self.duration_ms, 3),
+        }
+
+
+@dataclass(frozen=True)
+class AuditQuery:
+    """A filter over one actor's audit records; `None` fields do not filter."""
+
+    actor_id: str | None
+    since: float | None = None
+    until: float | None = None
+    action: str | None = None
+    resource: str | None = None
+    status: str | None = None
+    limit: int = 100

@@ -1,0 +1,147 @@
+"""Calls to the connections' MCP servers: list their tools, call one tool on a fresh session (F10).
+
+Every call opens a session, does one thing and closes it, inside its own task so that a server
+dying mid-call (the SDK then cancels the task owning the client) never cancels the caller. The
+first connect to a connection probes the protocol (`mode="auto"`); when the server speaks the
+stateless 2026-07-28 protocol its discover result is reused so later calls skip the probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import httpx2
+import mcp_types as types
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from gateway.bridge.records import ConnectionRecord
+from gateway.secrets import SecretSet, resolve_secret
+
+log = logging.getLogger("toolgate.bridge.upstream")
+
+T = TypeVar("T")
+CALL_TIMEOUT_SECONDS = 30.0
+
+
+class UpstreamCallFailed(Exception):
+    """A connection could not be reached, timed out, or refused; the message names no secret."""
+
+
+class Upstreams:
+    """The Bridge's client side: one `httpx2` client per credentialed connection, the shared one otherwise."""
+
+    def __init__(
+        self, http: httpx2.AsyncClient, *, base_dir: Path, secrets: SecretSet, list_ttl: float, timeout: float = CALL_TIMEOUT_SECONDS
+    ) -> None:
+        self._http = http
+        self._base_dir = base_dir
+        self._secrets = secrets
+        self._list_ttl = list_ttl
+        self.timeout = timeout
+        self._clients: dict[tuple[str, str, str], httpx2.AsyncClient] = {}
+        self._tools: dict[str, tuple[float, str, list[types.Tool]]] = {}
+        self._discovered: dict[str, tuple[str, types.DiscoverResult]] = {}
+
+    async def close(self) -> None:
+        """Close the per-connection clients (the shared one belongs to the caller)."""
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
+
+    def forget(self, connection_id: str) -> None:
+        """Drop what is cached about a connection (after it changed or was deleted)."""
+        self._tools.pop(connection_id, None)
+        self._discovered.pop(connection_id, None)
+
+    async def list_tools(self, conn: ConnectionRecord) -> list[types.Tool]:
+        """The connection's tools, reused for `toolListTtlSeconds`."""
+        cached = self._tools.get(conn.id)
+        now = time.monotonic()
+        if cached is not None and cached[1] == conn.endpoint and now - cached[0] < self._list_ttl:
+            return cached[2]
+
+        async def op(client: Client) -> list[types.Tool]:
+            tools: list[types.Tool] = []
+            cursor: str | None = None
+            for _ in range(100):
+                page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+            return tools
+
+        tools = await self._isolated(self._with_session(conn, op), f"list tools of {conn.id}")
+        self._tools[conn.id] = (now, conn.endpoint, tools)
+        return tools
+
+    async def call_tool(self, conn: ConnectionRecord, tool: str, arguments: dict[str, object]) -> types.CallToolResult:
+        """Call `tool` on a fresh session; raises `UpstreamCallFailed` on any transport or protocol failure."""
+
+        async def op(client: Client) -> types.CallToolResult:
+            return await client.call_tool(tool, arguments, read_timeout_seconds=self.timeout)
+
+        return await self._isolated(self._with_session(conn, op), f"call {tool} on {conn.id}")
+
+    async def _with_session(self, conn: ConnectionRecord, op: Callable[[Client], Awaitable[T]]) -> T:
+        http = self._client_for(conn)
+        known = self._discovered.get(conn.id)
+        transport = streamable_http_client(conn.endpoint, http_client=http)
+        if known is not None:
+            client = Client(transport, mode=known[0], prior_discover=known[1], cache=None)
+        else:
+            client = Client(transport, cache=None)
+        try:
+            async with client:
+                discovered = client.session.discover_result
+                if known is None and discovered is not None and client.protocol_version is not None:
+                    self._discovered[conn.id] = (client.protocol_version, discovered)
+                return await op(client)
+        except BaseException:
+            self._discovered.pop(conn.id, None)
+            raise
+
+    async def _isolated(self, coro: Awaitable[T], what: str) -> T:
+        task = asyncio.ensure_future(coro)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=self.timeout)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if not done:
+            task.cancel()
+            await asyncio.wait({task})
+            raise UpstreamCallFailed(f"{what}: timed out after {self.timeout:g}s")
+        if task.cancelled():
+            raise UpstreamCallFailed(f"{what}: the connection was closed")
+        exc = task.exception()
+        if exc is not None:
+            raise UpstreamCallFailed(f"{what}: {self._secrets.scrub(_describe(exc))}") from exc
+        return task.result()
+
+    def _client_for(self, conn: ConnectionRecord) -> httpx2.AsyncClient:
+        if not conn.auth_header_name or not conn.auth_secret:
+            return self._http
+        key = (conn.id, conn.auth_header_name, conn.auth_secret)
+        client = self._clients.get(key)
+        if client is None:
+            value = resolve_secret(conn.auth_secret, self._base_dir, self._secrets)
+            client = httpx2.AsyncClient(
+                headers={conn.auth_header_name: value}, timeout=httpx2.Timeout(self.timeout, read=300)
+            )
+            self._clients[key] = client
+        return client
+
+
+def _describe(exc: BaseException) -> str:
+    """A short, secret-free description of what went wrong (the innermost error's type and message)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,144 @@
+"""Graph validation (F8): one problem per rule, each naming the rule and the ids involved."""
+
+from __future__ import annotations
+
+import graphlib
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from gateway.bridge.graph import TOOL_NAME, Graph
+
+
+@dataclass(frozen=True)
+class GraphProblem:
+    """Why a graph was rejected: the rule broken, the ids involved, and a sentence saying so."""
+
+    rule: str
+    ids: tuple[str, ...]
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class GraphInvalid(ValueError):
+    """A graph that cannot be saved; `problems` holds one entry per broken rule."""
+
+    def __init__(self, problems: list[GraphProblem]) -> None:
+        super().__init__("; ".join(p.message for p in problems))
+        self.problems = problems
+
+
+def parse_graph(data: Any) -> Graph:
+    """Validate `data` (parsed JSON) and return the graph, or raise `GraphInvalid`."""
+    try:
+        graph = Graph.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            msg = err["msg"].removeprefix("Value error, ")
+            problems.append(GraphProblem("shape", (where,), f"wrong shape: {where}: {msg}"))
+        raise GraphInvalid(problems) from None
+    problems = graph_problems(graph)
+    if problems:
+        raise GraphInvalid(problems)
+    return graph
+
+
+def graph_problems(graph: Graph) -> list[GraphProblem]:
+    """Every rule of F8 the (well-shaped) graph breaks, in a fixed order."""
+    problems: list[GraphProblem] = []
+    for what, ids in (
+        ("node", [n.id for n in graph.nodes]),
+        ("edge", [e.id for e in graph.edges]),
+        ("pipeline", [p.id for p in graph.pipelines]),
+        ("pipeline name", [p.name for p in graph.pipelines]),
+    ):
+        dup = _duplicates(ids)
+        if dup:
+            problems.append(GraphProblem(f"duplicate {what} id", dup, f"duplicate {what} ids: {', '.join(dup)}"))
+    nodes = graph.node_map()
+    missing = [f"edge {e.id} -> {ref.node}" for e in graph.edges for ref in (e.source, e.target) if ref.node not in nodes]
+    missing += [
+        f"pipeline {p.id} -> {ref}" for p in graph.pipelines for ref in (p.inputNode, p.outputNode) if ref not in nodes
+    ]
+    if missing:
+        ids = tuple(m.split(" -> ")[0].split(" ")[1] for m in missing)
+        problems.append(GraphProblem("missing node", ids, f"reference to a missing node: {'; '.join(missing)}"))
+    bad_tools = tuple(n.id for n in graph.nodes if n.kind == "tool" and not TOOL_NAME.match(n.tool or ""))
+    if bad_tools:
+        names = ", ".join(f"{i} ({nodes[i].tool!r})" for i in bad_tools)
+        problems.append(GraphProblem("bad tool name", bad_tools, f"tool name must match {TOOL_NAME.pattern}: {names}"))
+    bad_ports = _bad_ports(graph)
+    if bad_ports:
+        ids = tuple(b.split(":")[0].removeprefix("edge ") for b in bad_ports)
+        problems.append(GraphProblem("bad port", ids, f"edge joins ports that do not exist: {'; '.join(bad_ports)}"))
+    boundary = _bad_boundaries(graph)
+    if boundary:
+        ids = tuple(b.split(":")[0].removeprefix("pipeline ") for b in boundary)
+        problems.append(GraphProblem("bad pipeline boundary", ids, f"bad pipeline boundary: {'; '.join(boundary)}"))
+    bad_names = tuple(p.id for p in graph.pipelines if not TOOL_NAME.match(p.name) or "__" in p.name)
+    if bad_names:
+        problems.append(
+            GraphProblem(
+                "bad pipeline name",
+                bad_names,
+                f"pipeline name must match {TOOL_NAME.pattern} without '__': {', '.join(bad_names)}",
+            )
+        )
+    cycle = find_cycle(graph)
+    if cycle:
+        problems.append(GraphProblem("cycle", tuple(cycle), f"cycle: {' -> '.join(cycle)}"))
+    return problems
+
+
+def find_cycle(graph: Graph) -> list[str]:
+    """Node ids around one cycle of the graph (first id repeated at the end), or []."""
+    sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter()
+    for node in graph.nodes:
+        sorter.add(node.id)
+    for edge in graph.edges:
+        sorter.add(edge.target.node, edge.source.node)
+    try:
+        sorter.prepare()
+    except graphlib.CycleError as exc:
+        return list(reversed(exc.args[1]))
+    return []
+
+
+def _duplicates(ids: list[str]) -> tuple[str, ...]:
+    return tuple(sorted(i for i, n in Counter(ids).items() if n > 1))
+
+
+def _bad_ports(graph: Graph) -> list[str]:
+    nodes = graph.node_map()
+    bad: list[str] = []
+    for edge in graph.edges:
+        src, dst = nodes.get(edge.source.node), nodes.get(edge.target.node)
+        if src is not None:
+            if src.kind == "output":
+                bad.append(f"edge {edge.id}: output node {src.id} has no output ports")
+            elif src.kind in ("input", "tool") and src.outputs and edge.source.port not in src.outputs:
+                bad.append(f"edge {edge.id}: node {src.id} has no output port {edge.source.port!r}")
+        if dst is not None:
+            if dst.kind == "input":
+                bad.append(f"edge {edge.id}: input node {dst.id} has no input ports")
+            elif dst.kind != "transform" and dst.inputs and edge.target.port not in dst.inputs:
+                bad.append(f"edge {edge.id}: node {dst.id} has no input port {edge.target.port!r}")
+    return bad
+
+
+def _bad_boundaries(graph: Graph) -> list[str]:
+    nodes = graph.node_map()
+    bad: list[str] = []
+    for p in graph.pipelines:
+        start, end = nodes.get(p.inputNode), nodes.get(p.outputNode)
+        if start is not None and start.kind != "input":
+            bad.append(f"pipeline {p.id}: inputNode {start.id} is a {start.kind} node, not an input node")
+        if end is not None and end.kind != "output":
+            bad.append(f"pipeline {p.id}: outputNode {end.id} is a {end.kind} node, not an output node")
+    return bad

@@ -1,0 +1,169 @@
+"""Loopback pieces for the Bridge's tests and benchmark.
+
+- `tool_server(...)`: an SDK `MCPServer` whose tools record every call server-side (start and end
+  on the process's monotonic clock), so tests can count calls and check overlap without timing.
+- `bridge_app(...)`: a small Starlette app mounting `BridgeService.routes()` with an API-key → identity
+  `authenticate`, the way the gateway app will (until `gateway.app.create_app` takes over).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.requests import Request
+
+from gateway.bridge.config import BridgeConfig
+from gateway.bridge.service import BridgeService
+from gateway.bridge.store import BridgeStore
+from gateway.errors import Unauthorized
+from gateway.identity import Identity
+from gateway.secrets import SecretSet
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call a tool server received."""
+
+    tool: str
+    arguments: dict[str, Any]
+    started: float
+    ended: float
+    headers: dict[str, str]
+
+
+@dataclass
+class CallLog:
+    """Calls received by one tool server, appended from the server's thread."""
+
+    calls: list[Call] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, call: Call) -> None:
+        with self._lock:
+            self.calls.append(call)
+
+    def of(self, tool: str) -> list[Call]:
+        """Calls of one tool, in arrival order."""
+        with self._lock:
+            return [c for c in self.calls if c.tool == tool]
+
+    def count(self, tool: str) -> int:
+        return len(self.of(tool))
+
+
+def tool_server(log: CallLog, *, delay: float = 0.2, required_header: tuple[str, str] | None = None) -> Any:
+    """A Streamable HTTP app (`/mcp`) with tools: `slow_a`, `slow_b` (each waits `delay`), `echo`,
+    `boom` (fails), `create_issue`, `never` (must never be called) and `weird.tool/v2` (a name the
+    federation must map). With `required_header`, every tool fails unless the request carries it."""
+    server = MCPServer("test-tools")
+
+    def record(tool: str, arguments: dict[str, Any], started: float, ctx: Context) -> None:
+        request = ctx.request_context.request
+        headers = dict(request.headers) if request is not None else {}
+        log.add(Call(tool, arguments, started, time.monotonic(), headers))
+        if required_header is not None and headers.get(required_header[0].lower()) != required_header[1]:
+            raise ToolError("missing or wrong credential")
+
+    @server.tool()
+    async def slow_a(query: str, ctx: Context) -> dict[str, Any]:
+        started = time.monotonic()
+        await asyncio.sleep(delay)
+        record("slow_a", {"query": query}, started, ctx)
+        return {"result": f"a:{query}"}
+
+    @server.tool()
+    async def slow_b(query: str, ctx: Context) -> dict[str, Any]:
+        started = time.monotonic()
+        await asyncio.sleep(delay)
+        record("slow_b", {"query": query}, started, ctx)
+        return {"result": f"b:{query}"}
+
+    @server.tool()
+    async def echo(text: str, ctx: Context, prefix: str = "") -> str:
+        record("echo", {"text": text, "prefix": prefix}, time.monotonic(), ctx)
+        return prefix + text
+
+    @server.tool()
+    async def boom(ctx: Context, query: str = "") -> str:
+        record("boom", {"query": query}, time.monotonic(), ctx)
+        raise ToolError("kaboom")
+
+    @server.tool()
+    async def create_issue(owner: str, repo: str, title: str, body: str, token: str, ctx: Context) -> str:
+        record("create_issue", {"owner": owner, "repo": repo}, time.monotonic(), ctx)
+        return f"created in {owner}/{repo}"
+
+    @server.tool()
+    async def never(ctx: Context, query: str = "") -> str:
+        record("never", {"query": query}, time.monotonic(), ctx)
+        return "should not have been called"
+
+    @server.tool(name="weird.tool/v2")
+    async def weird(ctx: Context) -> str:
+        record("weird.tool/v2", {}, time.monotonic(), ctx)
+        return "weird ok"
+
+    return server.streamable_http_app()
+
+
+KEYS = {
+    "alice-key": Identity(user_id="alice", org_id="acme", display_name="Alice", email="alice@acme.test"),
+    "bob-key": Identity(user_id="bob", org_id="globex", display_name="Bob", email="bob@globex.test"),
+}
+
+
+async def authenticate_by_key(request: Request) -> Identity:
+    """API key → identity, like the gateway's G3 auth with two configured keys."""
+    header = request.headers.get("authorization", "")
+    identity = KEYS.get(header.removeprefix("Bearer ").strip()) if header.startswith("Bearer ") else None
+    if identity is None:
+        raise Unauthorized("missing or unknown API key")
+    return identity
+
+
+@dataclass
+class BridgeApp:
+    """The app and the service inside it (the service is started by the app's lifespan)."""
+
+    app: Starlette
+    service: BridgeService
+    registry: CollectorRegistry
+
+
+def bridge_app(config: BridgeConfig, base_dir: Path, *, store: BridgeStore | None = None) -> BridgeApp:
+    """A Starlette app serving the Bridge's routes, its lifespan starting and stopping the service."""
+    registry = CollectorRegistry()
+    http = httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300))
+    service = BridgeService(
+        config, authenticate=authenticate_by_key, http=http, metrics=registry, base_dir=base_dir,
+        secrets=SecretSet(), store=store,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+            await http.aclose()
+
+    return BridgeApp(Starlette(routes=service.routes(), lifespan=lifespan), service, registry)
+
+
+def mcp_http(key: str, **kwargs: Any) -> httpx2.AsyncClient:
+    """An `httpx2` client presenting an API key, for `mcp.Client` against the Bridge."""
+    return httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(30, read=300), **kwargs)
