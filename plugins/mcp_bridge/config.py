@@ -31,6 +31,11 @@ class McpBridgeConfig(BaseModel):
     prefetchResultTemplate: str = "{{result}}"
     timeoutSeconds: float = Field(default=30, gt=0, le=3600)
     maxConsecutiveToolCalls: int = Field(default=10, ge=0, le=1000)
+    protocol: Literal["auto", "legacy"] = Field(
+        default="auto",
+        description="auto: stateless 2026-07-28 when the server speaks it, else a 2025-11-25 session; "
+        "legacy: always the 2025-11-25 handshake with an Mcp-Session-Id session",
+    )
     sessionIdleSeconds: float = Field(default=300, gt=0, description="pooled session lifetime after its last call (B14)")
 
     @field_validator("id")

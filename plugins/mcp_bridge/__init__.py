@@ -1,0 +1,1 @@
+"""mcp_bridge: one MCP server's tools, prefetched context and resources, with pooled sessions."""

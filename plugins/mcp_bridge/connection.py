@@ -1,0 +1,128 @@
+"""One MCP session, owned by its own long-lived task.
+
+The task enters the SDK client and keeps it open; callers hand work over through futures. A
+server that dies cancels the owning task (the SDK's task group does that), never a request
+handler: the handler only sees its future fail with `SessionLost`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import mcp
+import mcp_types as types
+
+from plugins.mcp_bridge.errors import CallTimeout, McpCallFailed, SessionLost, describe
+
+log = logging.getLogger("toolgate.mcp_bridge")
+
+T = TypeVar("T")
+ClientFactory = Callable[[], mcp.Client]
+Operation = Callable[["McpConnection", mcp.Client], Awaitable[T]]
+
+
+class McpConnection:
+    """A connected `mcp.Client` plus what is worth caching per session (tool and resource lists)."""
+
+    def __init__(self, factory: ClientFactory, label: str) -> None:
+        self._factory = factory
+        self.label = label
+        self._client: mcp.Client | None = None
+        self._ready: asyncio.Future[None] | None = None
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._jobs: set[asyncio.Task[None]] = set()
+        self.closed = False
+        self.discarded = False
+        """Set by the pool once it has closed and counted this connection."""
+        self.active = 0
+        self.last_used = time.monotonic()
+        self.tools: list[types.Tool] | None = None
+        self.resources: list[types.Resource] | None = None
+
+    async def open(self, timeout: float) -> None:
+        """Start the owning task and wait for the handshake, at most `timeout` seconds (B17)."""
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        self._task = loop.create_task(self._own(), name=f"mcp-session:{self.label}")
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), timeout)
+        except TimeoutError:
+            await self.close(timeout=1.0)
+            raise CallTimeout(f"the MCP session could not be opened within {timeout:g}s") from None
+
+    async def _own(self) -> None:
+        assert self._ready is not None
+        try:
+            async with self._factory() as client:
+                self._client = client
+                self._ready.set_result(None)
+                await self._stop.wait()
+        except BaseException as exc:  # the task must end cleanly whatever the SDK raised
+            reason = describe(exc)
+            if not self._ready.done():
+                self._ready.set_exception(McpCallFailed(reason))
+            elif not self._stop.is_set():
+                log.warning("mcp session %s ended: %s", self.label, reason)
+        finally:
+            self.closed = True
+            self._client = None
+            for job in list(self._jobs):
+                job.cancel()
+            if not self._ready.done():
+                self._ready.set_exception(SessionLost())
+
+    @property
+    def server_capabilities(self) -> types.ServerCapabilities | None:
+        """What the server announced, or None when not connected."""
+        return self._client.server_capabilities if self._client is not None else None
+
+    async def run(self, operation: Operation[T], timeout: float) -> T:
+        """Run `operation(self, client)` in a job task; at most `timeout` seconds (B17)."""
+        client = self._client
+        if self.closed or client is None:
+            raise SessionLost()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        job = loop.create_task(self._job(operation, client, future))
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+        future.add_done_callback(lambda done: job.cancel() if done.cancelled() else None)
+        self.active += 1
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise CallTimeout(f"no answer within {timeout:g}s") from None
+        finally:
+            self.active -= 1
+            self.last_used = time.monotonic()
+
+    async def _job(self, operation: Operation[T], client: mcp.Client, future: asyncio.Future[T]) -> None:
+        try:
+            result = await operation(self, client)
+        except asyncio.CancelledError:
+            if not future.done():
+                future.set_exception(SessionLost())
+            return
+        except Exception as exc:
+            if not future.done():
+                future.set_exception(exc)
+            return
+        if not future.done():
+            future.set_result(result)
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """End the session (the transport sends DELETE for a session-ful server) and wait for it."""
+        self._stop.set()
+        task = self._task
+        if task is None or task.done():
+            self.closed = True
+            return
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            task.cancel()
+            await asyncio.wait({task}, timeout=1.0)

@@ -1,0 +1,76 @@
+"""Why an MCP call failed, as short texts that never carry a secret or the content (B4, B13)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx2
+from mcp import MCPError
+from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
+
+SESSION_ENDED_MESSAGES = frozenset({"Session not found", "Session terminated"})
+
+
+class McpCallFailed(Exception):
+    """A call that did not produce a result; `reason` is safe to show the model and the logs."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class SessionLost(McpCallFailed):
+    """The connection behind a session closed (server gone, transport closed)."""
+
+    def __init__(self, reason: str = "the connection to the MCP server closed") -> None:
+        super().__init__(reason)
+
+
+class CallTimeout(McpCallFailed):
+    """A call (or the session set-up) ran past `timeoutSeconds` (B17)."""
+
+
+def session_ended(exc: BaseException) -> bool:
+    """True when the server ended the session: the pool replaces it and retries once (B16)."""
+    if isinstance(exc, SessionLost):
+        return True
+    if isinstance(exc, MCPError):
+        if exc.code == INVALID_REQUEST and exc.message in SESSION_ENDED_MESSAGES:
+            return True
+        return exc.code == CONNECTION_CLOSED
+    return False
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        found: list[BaseException] = []
+        for inner in exc.exceptions:
+            found.extend(_leaves(inner))
+        return found
+    return [exc]
+
+
+def describe(exc: BaseException) -> str:
+    """A short reason for a failure, built from the exception's kind, never from headers or URLs."""
+    if isinstance(exc, McpCallFailed):
+        return exc.reason
+    for leaf in _leaves(exc):
+        if isinstance(leaf, httpx2.ConnectError) or isinstance(leaf, ConnectionError):
+            return "the MCP server could not be reached"
+        if isinstance(leaf, httpx2.TimeoutException) or isinstance(leaf, (TimeoutError, asyncio.TimeoutError)):
+            return "the MCP server did not answer in time"
+        if isinstance(leaf, MCPError):
+            if leaf.code == REQUEST_TIMEOUT:
+                return "the MCP server did not answer in time"
+            if session_ended(leaf):
+                return "the MCP session ended"
+            return f"the MCP server answered with error {leaf.code}: {leaf.message[:200]}"
+        if isinstance(leaf, httpx2.HTTPError):
+            return f"HTTP error talking to the MCP server ({type(leaf).__name__})"
+        if isinstance(leaf, OSError):
+            return "the MCP server could not be started or reached"
+    return f"unexpected error ({type(exc).__name__})"
+
+
+class ResourceUnavailable(McpCallFailed):
+    """A configured resource the server does not list, or a server without the resources capability."""

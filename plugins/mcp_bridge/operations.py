@@ -1,0 +1,80 @@
+"""What the bridge asks of a session: list tools, call a tool, read a resource (run in job tasks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import mcp
+import mcp_types as types
+
+from plugins.mcp_bridge.connection import McpConnection
+from plugins.mcp_bridge.content import resource_contents_text
+from plugins.mcp_bridge.errors import ResourceUnavailable
+
+MAX_PAGES = 100
+"""A paginator that never ends cannot hang a request."""
+
+
+async def list_tools(connection: McpConnection, client: mcp.Client) -> list[types.Tool]:
+    """The server's tools, listed once per session and cached on it."""
+    if connection.tools is None:
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(MAX_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        connection.tools = tools
+    return connection.tools
+
+
+def call_tool(name: str, arguments: dict[str, Any], timeout: float) -> Any:
+    """An operation that calls `name` with `arguments`."""
+
+    async def operation(connection: McpConnection, client: mcp.Client) -> types.CallToolResult:
+        return await client.call_tool(name, arguments, read_timeout_seconds=timeout)
+
+    return operation
+
+
+async def _list_resources(connection: McpConnection, client: mcp.Client) -> list[types.Resource]:
+    if connection.resources is None:
+        resources: list[types.Resource] = []
+        cursor: str | None = None
+        for _ in range(MAX_PAGES):
+            page = await client.list_resources(cursor=cursor)
+            resources.extend(page.resources)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        connection.resources = resources
+    return connection.resources
+
+
+@dataclass(frozen=True)
+class ResourceText:
+    """A resource read: the URI it resolved to and its text (binary parts reported, B10)."""
+
+    uri: str
+    text: str
+
+
+def read_resource(reference: str) -> Any:
+    """An operation that reads the resource named by URI or by its listed name (B10)."""
+
+    async def operation(connection: McpConnection, client: mcp.Client) -> ResourceText:
+        if client.server_capabilities.resources is None:
+            raise ResourceUnavailable("the MCP server does not offer resources")
+        listed = await _list_resources(connection, client)
+        match = next((r for r in listed if str(r.uri) == reference), None)
+        match = match or next((r for r in listed if r.name == reference), None)
+        if match is None and ":" not in reference:
+            raise ResourceUnavailable("the MCP server lists no resource with that name or URI")
+        uri = str(match.uri) if match is not None else reference
+        result = await client.read_resource(uri)
+        return ResourceText(uri=uri, text=resource_contents_text(result.contents))
+
+    return operation

@@ -1,0 +1,155 @@
+"""The mcp_bridge plugin: one MCP server's tools, prefetched context and resources (B1–B19)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import mcp
+from mcp.client.streamable_http import streamable_http_client
+
+from gateway.plugins import ChatRequest, Plugin, PluginContext, PluginEnv, ToolResult, ToolSpec
+from gateway.secrets import resolve_secret
+from plugins.mcp_bridge.config import McpBridgeConfig
+from plugins.mcp_bridge.content import tool_result_text
+from plugins.mcp_bridge.errors import describe
+from plugins.mcp_bridge.injection import inject
+from plugins.mcp_bridge.metrics import BridgeMetrics
+from plugins.mcp_bridge.operations import call_tool, list_tools
+from plugins.mcp_bridge.pool import SessionPool
+from plugins.mcp_bridge.prefetch import TOOL_FAILED, ContextGatherer
+
+log = logging.getLogger("toolgate.mcp_bridge")
+
+PYTHON_NAMES = frozenset({"python", "python3"})
+
+
+def stdio_parameters(command: list[str], cwd: Path | None = None) -> mcp.StdioServerParameters:
+    """How to start a stdio server; a bare `python`/`python3` means this interpreter (venvs work)."""
+    program, *args = command
+    if program in PYTHON_NAMES:
+        program = sys.executable
+    return mcp.StdioServerParameters(command=program, args=args, cwd=cwd)
+
+
+class McpBridgePlugin(Plugin):
+    """Offers one MCP server's tools to the model and injects its context, over pooled sessions."""
+
+    def __init__(self, config: McpBridgeConfig) -> None:
+        self.config = config
+        self.id = config.id
+        self.max_tool_calls = config.maxConsecutiveToolCalls
+        self._allowed = frozenset(config.toolFilter)
+        self._secret: str | None = None
+        self._http: httpx2.AsyncClient | None = None
+        self._pool: SessionPool | None = None
+        self._metrics: BridgeMetrics | None = None
+        self._gatherer: ContextGatherer | None = None
+        self._cwd: Path | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self, env: PluginEnv) -> None:
+        """Resolve the secret, open the shared HTTP client, start the pool and its metrics."""
+        base_dir: Path | None = getattr(env, "base_dir", None)
+        self._cwd = base_dir
+        if self.config.authSecret is not None:
+            self._secret = resolve_secret(self.config.authSecret, base_dir, getattr(env, "secrets", None))
+        headers = {self.config.authHeaderName: self._secret} if self.config.authHeaderName and self._secret else {}
+        self._http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))
+        self._metrics = BridgeMetrics(env.metrics, self.id)
+        self._pool = SessionPool(
+            self._client,
+            server=self.id,
+            timeout=self.config.timeoutSeconds,
+            idle_seconds=self.config.sessionIdleSeconds,
+            metrics=self._metrics,
+        )
+        self._pool.start()
+        self._gatherer = ContextGatherer(self.config, self._run, self.scrub, self._metrics.tool_call)
+
+    async def stop(self) -> None:
+        """Close every session (DELETE for session-ful servers), then the HTTP client."""
+        if self._pool is not None:
+            await self._pool.close()
+        if self._http is not None:
+            await self._http.aclose()
+
+    def _client(self) -> mcp.Client:
+        """A new, unconnected SDK client for this server (one per session)."""
+        timeout = self.config.timeoutSeconds
+        if self.config.command:
+            target: Any = stdio_parameters(self.config.command, self._cwd)
+        else:
+            assert self._http is not None and self.config.endpoint is not None
+            target = streamable_http_client(self.config.endpoint, http_client=self._http)
+        return mcp.Client(target, mode=self.config.protocol, read_timeout_seconds=timeout, cache=None)
+
+    @property
+    def pool(self) -> SessionPool:
+        """The session pool (started)."""
+        if self._pool is None:
+            raise RuntimeError(f"mcp_bridge {self.id!r} is not started")
+        return self._pool
+
+    async def _run(self, ctx: PluginContext, operation: Any) -> Any:
+        return await self.pool.run(ctx.conversation_key, ctx.request_id, operation)
+
+    def scrub(self, text: str) -> str:
+        """`text` without the auth secret (B4): a last line of defence for failure reasons."""
+        if self._secret and self._secret in text:
+            return text.replace(self._secret, "[redacted]")
+        return text
+
+    def allows(self, name: str) -> bool:
+        """Whether `toolFilter` grants `name` (an empty filter grants every tool) (B3)."""
+        return not self._allowed or name in self._allowed
+
+    # -- hooks -----------------------------------------------------------------------------
+
+    async def before_model(self, ctx: PluginContext, request: ChatRequest) -> ChatRequest:
+        """Prefetch and resources, concurrently, inspected, appended to the last user message."""
+        assert self._gatherer is not None
+        blocks = await self._gatherer.gather(ctx, request)
+        return inject(request, blocks)
+
+    async def tools(self, ctx: PluginContext) -> list[ToolSpec]:
+        """The server's tools allowed by `toolFilter`; none when the server cannot be reached."""
+        try:
+            tools = await self._run(ctx, list_tools)
+        except Exception as exc:
+            log.warning("mcp_bridge %s: tools not listed: %s", self.id, self.scrub(describe(exc)))
+            return []
+        return [
+            ToolSpec(name=t.name, description=t.description or "", parameters=dict(t.input_schema))
+            for t in tools
+            if self.allows(t.name)
+        ]
+
+    async def call_tool(self, ctx: PluginContext, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """Run one tool call; failures become error results the model reads (B3, B13)."""
+        assert self._metrics is not None
+        if not self.allows(name):
+            self._metrics.tool_call("refused")
+            return ToolResult(text=f"{TOOL_FAILED}: tool {name!r} is not allowed on this server", is_error=True)
+        try:
+            result = await self._run(ctx, call_tool(name, arguments, self.config.timeoutSeconds))
+        except Exception as exc:
+            reason = self.scrub(describe(exc))
+            log.warning("mcp_bridge %s: tool %s failed: %s", self.id, name, reason)
+            self._metrics.tool_call("failed")
+            return ToolResult(text=f"{TOOL_FAILED}: {reason}", is_error=True)
+        text = tool_result_text(result)
+        if result.is_error:
+            self._metrics.tool_call("error")
+            return ToolResult(text=f"{TOOL_FAILED}: {text}", is_error=True)
+        self._metrics.tool_call("ok")
+        return ToolResult(text=text)
+
+    async def end_request(self, ctx: PluginContext) -> None:
+        """Close the request's own session when it was not pooled (B15)."""
+        if ctx.conversation_key is None and self._pool is not None:
+            await self._pool.release_request(ctx.request_id)

@@ -1,0 +1,73 @@
+"""Safe token substitution (B6, B8).
+
+Tokens are replaced inside JSON string values *after* parsing, in one pass: a value can never
+change the JSON structure, and substituted text (which may come from a user or a tool) is never
+scanned again, so it is never evaluated as a template.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.plugins import ChatRequest, PluginContext
+
+TOKEN = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
+PREFETCH_TOKENS = ("last_user_message", "user_id", "org_id", "display_name", "session_id")
+
+
+def substitute(text: str, values: Mapping[str, str]) -> str:
+    """Replace each known `{{token}}` in `text` by its value, once; unknown tokens stay as written."""
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return values[name] if name in values else match.group(0)
+
+    return TOKEN.sub(replace, text)
+
+
+def substitute_json(value: Any, values: Mapping[str, str]) -> Any:
+    """A copy of parsed JSON `value` with tokens substituted in string values only (keys untouched)."""
+    if isinstance(value, str):
+        return substitute(value, values)
+    if isinstance(value, list):
+        return [substitute_json(item, values) for item in value]
+    if isinstance(value, dict):
+        return {key: substitute_json(item, values) for key, item in value.items()}
+    return value
+
+
+def message_text(content: Any) -> str:
+    """The text of a chat message's `content`: a string, or the text parts of a list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text"]
+        return "\n".join(text for text in texts if isinstance(text, str))
+    return ""
+
+
+def last_user_message(request: ChatRequest) -> str:
+    """The text of the last `user` message of the request, or "" when there is none."""
+    for message in reversed(request.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return message_text(message.get("content"))
+    return ""
+
+
+def prefetch_values(ctx: PluginContext, request: ChatRequest) -> dict[str, str]:
+    """The values of the B6 tokens for this request (missing facts become "")."""
+    identity = ctx.identity
+    return {
+        "last_user_message": last_user_message(request),
+        "user_id": identity.user_id or "",
+        "org_id": identity.org_id or "",
+        "display_name": identity.display_name or "",
+        "session_id": ctx.conversation_key or "",
+    }
+
+
+def render_result(template: str, result: str) -> str:
+    """`prefetchResultTemplate` with `{{result}}` replaced by the text, once and literally."""
+    return substitute(template, {"result": result})

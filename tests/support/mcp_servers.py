@@ -1,0 +1,242 @@
+"""MCP servers for the tests, built with the SDK's low-level `Server`.
+
+- `McpServerState` records what the server saw: calls by tool, a counter per session, sessions
+  opened and deleted, timestamps of every operation, auth headers; tests wait on it with a deadline.
+- `http_app(state, ...)`: Streamable HTTP. `legacy_only=True` refuses the 2026-07-28 probe, so
+  clients fall back to a 2025-11-25 session (`Mcp-Session-Id`); `stateless=True` serves every
+  request without a session. `state.kill(session_id)` ends a session server-side (404 after).
+- `python -m tests.support.mcp_servers --stdio` serves the same tools over stdio;
+  `--http` serves them on a free port and prints `PORT <n>` (a server a test can kill).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp_types as types
+from mcp.server import Server
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 56
+"""64 bytes that say image/png."""
+
+TOOLS = [
+    types.Tool(name="count", description="Counts calls in this session.", input_schema={"type": "object"}),
+    types.Tool(
+        name="echo",
+        description="Returns its arguments as JSON.",
+        input_schema={"type": "object", "additionalProperties": True},
+    ),
+    types.Tool(name="fail", description="Always reports an error.", input_schema={"type": "object"}),
+    types.Tool(name="slow", description="Waits `delay` seconds.", input_schema={"type": "object"}),
+    types.Tool(name="image", description="Returns a PNG image.", input_schema={"type": "object"}),
+    types.Tool(name="secret_tool", description="Outside most filters.", input_schema={"type": "object"}),
+]
+
+
+@dataclass
+class McpServerState:
+    """What a test server saw. Safe to read from the test thread; wait with `wait_for`."""
+
+    delay: float = 0.0
+    """Seconds every tool call and resource read waits (concurrency and benchmarks)."""
+    calls: Counter[str] = field(default_factory=Counter)
+    per_session: Counter[str] = field(default_factory=Counter)
+    opened: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    killed: set[str] = field(default_factory=set)
+    spans: list[tuple[str, float, float]] = field(default_factory=list)
+    auth_headers: list[str] = field(default_factory=list)
+    arguments: list[dict[str, Any]] = field(default_factory=list)
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def note(self, update: Callable[[], None]) -> None:
+        with self.cond:
+            update()
+            self.cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+        """Wait until `predicate()` holds (re-checked on every change), at most `timeout` seconds."""
+        with self.cond:
+            return self.cond.wait_for(predicate, timeout)
+
+    def kill(self, session_id: str) -> None:
+        """End a session on the server side: later requests carrying its id get 404."""
+        self.note(lambda: self.killed.add(session_id))
+
+    @property
+    def live_sessions(self) -> list[str]:
+        with self.cond:
+            return [s for s in self.opened if s not in self.deleted and s not in self.killed]
+
+
+def _session_of(ctx: Any) -> str:
+    request = getattr(ctx, "request", None)
+    headers = getattr(request, "headers", None)
+    if headers is not None:
+        return headers.get("mcp-session-id") or "stateless"
+    return "stdio"
+
+
+def build_server(state: McpServerState, *, resources: bool = True, name: str = "test-server") -> Server[Any]:
+    """The test tools (and resources unless `resources=False`: then no resources capability)."""
+
+    async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=TOOLS)
+
+    async def timed(what: str) -> float:
+        start = time.monotonic()
+        if state.delay:
+            await asyncio.sleep(state.delay)
+        return start
+
+    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        session = _session_of(ctx)
+        arguments = dict(params.arguments or {})
+        state.note(lambda: (state.calls.update([params.name]), state.arguments.append(arguments)))
+        start = await timed(params.name)
+        text: str
+        if params.name == "count":
+            state.note(lambda: state.per_session.update([session]))
+            text = f"session {session} call {state.per_session[session]}"
+        elif params.name == "echo":
+            text = json.dumps(arguments, ensure_ascii=False, sort_keys=True)
+        elif params.name == "fail":
+            state.note(lambda: state.spans.append((params.name, start, time.monotonic())))
+            return types.CallToolResult(content=[types.TextContent(type="text", text="boom")], is_error=True)
+        elif params.name == "slow":
+            await asyncio.sleep(float(arguments.get("delay", 0.2)))
+            text = "slow done"
+        elif params.name == "image":
+            data = base64.b64encode(PNG).decode()
+            state.note(lambda: state.spans.append((params.name, start, time.monotonic())))
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text="a logo"), types.ImageContent(type="image", data=data, mime_type="image/png")]
+            )
+        else:
+            text = f"{params.name} ran"
+        state.note(lambda: state.spans.append((params.name, start, time.monotonic())))
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+    async def on_list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(uri="docs://index", name="index", mime_type="text/markdown"),
+                types.Resource(uri="docs://guide", name="guide", mime_type="text/plain"),
+                types.Resource(uri="docs://notes", name="notes", mime_type="text/plain"),
+                types.Resource(uri="docs://logo", name="logo", mime_type="image/png"),
+            ]
+        )
+
+    async def on_read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        start = await timed(uri)
+        state.note(lambda: state.spans.append((uri, start, time.monotonic())))
+        if uri == "docs://logo":
+            blob = base64.b64encode(PNG).decode()
+            return types.ReadResourceResult(contents=[types.BlobResourceContents(uri=uri, blob=blob, mime_type="image/png")])
+        if uri in ("docs://index", "docs://guide", "docs://notes"):
+            text = f"contents of {uri}"
+            return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, text=text, mime_type="text/plain")])
+        raise ValueError(f"no resource {uri}")
+
+    handlers: dict[str, Any] = {"on_list_tools": on_list_tools, "on_call_tool": on_call_tool}
+    if resources:
+        handlers.update(on_list_resources=on_list_resources, on_read_resource=on_read_resource)
+    schemas = {tool.name: tool.input_schema for tool in TOOLS}
+    return Server(name, get_tool_input_schema=schemas.get, **handlers)
+
+
+def _json_error(status: int, code: int, message: str) -> tuple[dict[str, Any], bytes]:
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
+    start = {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
+    return start, body
+
+
+def http_app(
+    state: McpServerState,
+    *,
+    legacy_only: bool = False,
+    stateless: bool = False,
+    resources: bool = True,
+    session_idle_timeout: float | None = None,
+    json_response: bool = False,
+) -> Any:
+    """An ASGI app serving the test server at `/mcp`, recording sessions and headers in `state`."""
+    server = build_server(state, resources=resources)
+    inner = server.streamable_http_app(
+        stateless_http=stateless, session_idle_timeout=session_idle_timeout, json_response=json_response
+    )
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await inner(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        session = headers.get("mcp-session-id")
+        if "authorization" in headers or "x-api-key" in headers:
+            state.note(lambda: state.auth_headers.append(headers.get("authorization") or headers["x-api-key"]))
+        version = headers.get("mcp-protocol-version")
+        refuse: tuple[int, int, str] | None = None
+        if legacy_only and version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            refuse = (400, -32601, "Method not found")
+        elif session is not None and session in state.killed:
+            refuse = (404, -32600, "Session not found")
+        if refuse is not None:
+            start, body = _json_error(*refuse)
+            await send(start)
+            await send({"type": "http.response.body", "body": body})
+            return
+
+        async def watch(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                minted = dict(message.get("headers", [])).get(b"mcp-session-id")
+                if minted is not None and session is None:
+                    state.note(lambda: state.opened.append(minted.decode()))
+                if scope["method"] == "DELETE" and session is not None:
+                    state.note(lambda: state.deleted.append(session))
+            await send(message)
+
+        await inner(scope, receive, watch)
+
+    return app
+
+
+async def _serve_stdio(state: McpServerState) -> None:
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(state)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+def main() -> None:
+    """`--stdio`, or `--http` (prints `PORT <n>`, then serves until killed); `--delay` seconds."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--stdio", action="store_true")
+    parser.add_argument("--http", action="store_true")
+    parser.add_argument("--legacy-only", action="store_true")
+    parser.add_argument("--delay", type=float, default=0.0)
+    args = parser.parse_args()
+    state = McpServerState(delay=args.delay)
+    if args.stdio:
+        asyncio.run(_serve_stdio(state))
+        return
+    from tests.support.http_server import ServerThread
+
+    server = ServerThread(http_app(state, legacy_only=args.legacy_only)).start()
+    print(f"PORT {server.port}", flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
