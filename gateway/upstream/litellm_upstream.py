@@ -43,7 +43,8 @@ class LiteLLMUpstream:
         return UpstreamError(f"upstream '{self.name}' failed ({kind}{f', HTTP {status}' if status else ''})")
 
     def _kwargs(self, body: dict[str, Any]) -> dict[str, Any]:
-        return {**body, "api_base": self._api_base, "api_key": self._api_key, "timeout": self._timeout}
+        # no hidden retries: the client decides, and 429s stay visible (G5)
+        return {**body, "api_base": self._api_base, "api_key": self._api_key, "timeout": self._timeout, "max_retries": 0, "num_retries": 0}
 
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         litellm = _litellm()
