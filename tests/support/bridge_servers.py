@@ -167,3 +167,54 @@ def bridge_app(config: BridgeConfig, base_dir: Path, *, store: BridgeStore | Non
 def mcp_http(key: str, **kwargs: Any) -> httpx2.AsyncClient:
     """An `httpx2` client presenting an API key, for `mcp.Client` against the Bridge."""
     return httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(30, read=300), **kwargs)
+
+
+def node(node_id: str, kind: str, **fields: Any) -> dict[str, Any]:
+    """A graph node as the editor writes it."""
+    return {"id": node_id, "kind": kind, **fields}
+
+
+def tool_node(node_id: str, tool: str, connection: str = "tools", **fields: Any) -> dict[str, Any]:
+    """A tool node with its schema-fixed ports given in `fields` (`inputs`, `outputs`, `config`)."""
+    return {"id": node_id, "kind": "tool", "connectionId": connection, "tool": tool, **fields}
+
+
+def edge(edge_id: str, source: str, target: str) -> dict[str, Any]:
+    """`edge("e1", "in1.query", "t1.query")`: from node.port to node.port."""
+    (src_node, src_port), (dst_node, dst_port) = source.split("."), target.split(".")
+    return {"id": edge_id, "from": {"node": src_node, "port": src_port}, "to": {"node": dst_node, "port": dst_port}}
+
+
+def graph(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], pipelines: list[dict[str, Any]]) -> dict[str, Any]:
+    """A version-1 graph object."""
+    return {"version": 1, "nodes": nodes, "edges": edges, "pipelines": pipelines}
+
+
+def pipeline(name: str, input_node: str = "in1", output_node: str = "out1", pipeline_id: str | None = None) -> dict[str, Any]:
+    """A pipeline entry."""
+    return {"id": pipeline_id or f"p_{name}", "name": name, "inputNode": input_node, "outputNode": output_node}
+
+
+def fan_in_graph() -> dict[str, Any]:
+    """in1.query → slow_a, slow_b → merge → out1.ctx; plus a `never` node the output does not depend on."""
+    return graph(
+        [
+            node("in1", "input", outputs=["query"]),
+            tool_node("ta", "slow_a", inputs=["query"], outputs=["result"]),
+            tool_node("tb", "slow_b", inputs=["query"], outputs=["result"]),
+            tool_node("tn", "never", inputs=["query"], outputs=["result"]),
+            node("m1", "merge", inputs=["a", "b"], outputs=["out"]),
+            node("out1", "output", inputs=["ctx"]),
+            node("out2", "output", inputs=["unused"]),
+        ],
+        [
+            edge("e1", "in1.query", "ta.query"),
+            edge("e2", "in1.query", "tb.query"),
+            edge("e3", "ta.result", "m1.a"),
+            edge("e4", "tb.result", "m1.b"),
+            edge("e5", "m1.out", "out1.ctx"),
+            edge("e6", "in1.query", "tn.query"),
+            edge("e7", "tn.result", "out2.unused"),
+        ],
+        [pipeline("fan_in")],
+    )

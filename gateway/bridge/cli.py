@@ -1,0 +1,108 @@
+"""`toolgate bridge validate GRAPH.json` and `toolgate audit list --config PATH ...` (G10, F5, F8).
+
+`register(subparsers)` adds both groups to the top-level `toolgate` parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from gateway.bridge.audit_api import parse_time
+from gateway.bridge.records import AuditQuery, AuditRecord
+from gateway.bridge.service import database_path
+from gateway.bridge.store import SqliteStore
+from gateway.bridge.validation import GraphInvalid, parse_graph
+from gateway.config import ConfigError, load_config
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add `bridge validate` and `audit list` to the `toolgate` command."""
+    bridge = subparsers.add_parser("bridge", help="Bridge tools").add_subparsers(dest="bridge_command", required=True)
+    validate = bridge.add_parser("validate", help="check a pipeline graph (F8); one line per problem")
+    validate.add_argument("graph", help="path of the graph JSON")
+    validate.set_defaults(func=validate_command)
+
+    audit = subparsers.add_parser("audit", help="the Bridge's audit log").add_subparsers(dest="audit_command", required=True)
+    listing = audit.add_parser("list", help="list audit records, newest first")
+    listing.add_argument("--config", required=True, help="the gateway's YAML config (names the Bridge database)")
+    listing.add_argument("--user", default=None, help="only this actor (user id)")
+    listing.add_argument("--since", default=None, help="from this time (ISO 8601 or epoch seconds)")
+    listing.add_argument("--until", default=None, help="before this time (ISO 8601 or epoch seconds)")
+    listing.add_argument("--action", default=None, choices=["mcp.tool_call", "mcp.pipeline_call"])
+    listing.add_argument("--resource", default=None, help="tool or pipeline name")
+    listing.add_argument("--status", default=None, choices=["success", "failure"])
+    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    listing.set_defaults(func=audit_list_command)
+
+
+def validate_command(args: argparse.Namespace) -> int:
+    """Exit 0 and print `valid`, or exit 1 with one line per problem on stderr."""
+    try:
+        data = json.loads(Path(args.graph).read_text(encoding="utf-8"))
+    except OSError as exc:
+        print(f"{args.graph}: cannot read: {exc.strerror}", file=sys.stderr)
+        return 2
+    except json.JSONDecodeError as exc:
+        print(f"{args.graph}: not valid JSON: {exc}", file=sys.stderr)
+        return 1
+    try:
+        graph = parse_graph(data)
+    except GraphInvalid as exc:
+        for problem in exc.problems:
+            print(f"{args.graph}: {problem.message}", file=sys.stderr)
+        return 1
+    print(f"valid ({len(graph.nodes)} nodes, {len(graph.edges)} edges, {len(graph.pipelines)} pipelines)")
+    return 0
+
+
+def audit_list_command(args: argparse.Namespace) -> int:
+    """Print the records of the config's Bridge database that match the filters."""
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 2
+    if config.bridge is None:
+        print(f"{args.config}: no 'bridge' section", file=sys.stderr)
+        return 2
+    try:
+        query = AuditQuery(
+            actor_id=args.user, since=parse_time(args.since), until=parse_time(args.until),
+            action=args.action, resource=args.resource, status=args.status, limit=args.limit,
+        )
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    path = database_path(config.bridge, config.base_dir)
+    if path != ":memory:" and not Path(path).exists():
+        print(f"{path}: no Bridge database yet", file=sys.stderr)
+        return 2
+    records = asyncio.run(_query(path, query))
+    for record in records:
+        print(json.dumps(record.public()) if args.json else _line(record))
+    return 0
+
+
+async def _query(path: str, query: AuditQuery) -> list[AuditRecord]:
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        return await store.query_audit(query)
+    finally:
+        await store.close()
+
+
+def _line(record: AuditRecord) -> str:
+    when = datetime.fromtimestamp(record.ts, timezone.utc).isoformat(timespec="milliseconds")
+    flag = " mutating" if record.mutating else ""
+    return (
+        f"{when} {record.status:<7} {record.action} {record.resource} {record.scope} "
+        f"actor={record.actor_id} {record.duration_ms:.1f}ms{flag} args={json.dumps(record.args)}"
+    )
