@@ -88,8 +88,9 @@ class Graph(BaseModel):
         return next((p for p in self.pipelines if p.name == name), None)
 
     def dump(self) -> dict[str, Any]:
-        """JSON-ready form, with edges written `from`/`to` as in the seed."""
-        return self.model_dump(by_alias=True, exclude_none=True)
+        """JSON-ready form as it was given (defaults not spelled out), edges written `from`/`to`."""
+        data = self.model_dump(by_alias=True, exclude_unset=True)
+        return {"version": self.version, "nodes": [], "edges": [], "pipelines": [], **data}
 
 
 def pipeline_input_schema(graph: Graph, pipeline: Pipeline) -> dict[str, Any]:

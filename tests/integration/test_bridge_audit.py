@@ -1,0 +1,142 @@
+"""The audit log through the Bridge endpoint: one record per tools/call, none for listing, reduced
+arguments, filtering per owner, and a broken store that never breaks a call (F4, F5)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from gateway.bridge.config import BridgeConfig
+from gateway.bridge.records import AuditRecord
+from gateway.bridge.store import SqliteStore
+from tests.support.bridge_servers import BridgeApp, CallLog, bridge_app, fan_in_graph, mcp_http, tool_server
+from tests.support.http_server import ServerThread, serve
+
+
+@dataclass
+class World:
+    app: BridgeApp
+    server: ServerThread
+    tools: CallLog
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    async def flushed(self) -> None:
+        """Wait (with a deadline) until the service's audit queue is drained, on the server's loop."""
+        assert self.server.loop is not None
+        future = asyncio.run_coroutine_threadsafe(self.app.service.audit.flushed(), self.server.loop)
+        await asyncio.wait_for(asyncio.wrap_future(future), timeout=10)
+
+
+def config_for(url: str) -> BridgeConfig:
+    return BridgeConfig.model_validate(
+        {
+            "database": "bridge.db",
+            "connections": [{"id": "tools", "owner": "alice", "endpoint": f"{url}/mcp"}],
+            "bridges": [{"id": "pipes", "owner": "alice", "connections": ["tools"]}],
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    log = CallLog()
+    with serve(tool_server(log, delay=0.01)) as tools:
+        app = bridge_app(config_for(tools.url), tmp_path_factory.mktemp("audit"))
+        with serve(app.app) as bridge:
+            yield World(app, bridge, log)
+
+
+def client(world: World, path: str = "/mcp", key: str = "alice-key", mode: str = "auto") -> Client:
+    return Client(streamable_http_client(f"{world.url}{path}", http_client=mcp_http(key)), mode=mode)
+
+
+async def audit(world: World, key: str = "alice-key", **params: str) -> list[dict[str, Any]]:
+    await world.flushed()
+    async with mcp_http(key) as http:
+        response = await http.get(f"{world.url}/audit", params={"limit": "1000", **params})
+    assert response.status_code == 200
+    return response.json()["data"]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_every_call_leaves_one_record_and_listing_leaves_none(world: World, mode: str) -> None:
+    # R: F4
+    async with mcp_http("alice-key") as http:
+        assert (await http.put(f"{world.url}/bridges/pipes/graph", json=fan_in_graph())).status_code == 200
+    before = len(await audit(world))
+    async with client(world, "/mcp/pipes", mode=mode) as alice:
+        await alice.list_tools()
+        await alice.call_tool("tools__echo", {"text": "hi"})
+        await alice.call_tool("fan_in", {"query": "repo-x"})
+        await alice.call_tool("tools__nope", {})
+        await alice.list_tools()
+    records = (await audit(world))[: 3]
+    assert len(await audit(world)) == before + 3
+    newest_first = [(r["action"], r["resource"], r["status"], r["scope"]) for r in records]
+    assert newest_first == [
+        ("mcp.tool_call", "tools__nope", "failure", "bridge:pipes"),
+        ("mcp.pipeline_call", "fan_in", "success", "bridge:pipes"),
+        ("mcp.tool_call", "tools__echo", "success", "bridge:pipes"),
+    ]
+    assert records[1]["actor"] == {"id": "alice", "email": "alice@acme.test"}
+    assert records[1]["args"] == {"query": "repo-x"}
+
+
+async def test_a_token_and_free_text_are_stored_only_as_type_and_length(world: World) -> None:
+    # R: F4
+    secret = "ghp_" + "x" * 36
+    args = {"owner": "acme", "repo": "site", "title": "Fix the thing", "body": "Long free text " * 5, "token": secret}
+    async with client(world) as alice:
+        result = await alice.call_tool("tools__create_issue", args)
+    assert not result.is_error
+    record = (await audit(world, resource="tools__create_issue"))[0]
+    assert record["args"] == {
+        "owner": "acme",
+        "repo": "site",
+        "title": {"type": "string", "length": 13},
+        "body": {"type": "string", "length": 75},
+        "token": {"type": "string", "length": 40},
+    }
+    assert record["mutating"] is True and record["scope"] == "federation"
+    assert secret not in str(await audit(world))
+
+
+async def test_each_user_lists_only_their_own_records_filtered_by_status_and_time(world: World) -> None:
+    # R: F5
+    async with client(world) as alice:
+        await alice.call_tool("tools__boom", {"query": "x"})
+    mine = await audit(world, status="failure", resource="tools__boom")
+    assert mine and all(r["status"] == "failure" and r["actor"]["id"] == "alice" for r in mine)
+    assert await audit(world, key="bob-key") == []
+    assert await audit(world, since="2999-01-01T00:00:00Z") == []
+    assert await audit(world, action="mcp.pipeline_call", resource="tools__boom") == []
+
+
+class BrokenStore(SqliteStore):
+    """A store whose audit inserts always fail."""
+
+    async def append_audit(self, records: Sequence[AuditRecord]) -> None:
+        raise OSError("disk on fire")
+
+
+async def test_a_broken_audit_store_leaves_calls_succeeding_and_counts_the_drops(tmp_path: Any) -> None:
+    # R: F5
+    log = CallLog()
+    with serve(tool_server(log, delay=0.01)) as tools:
+        app = bridge_app(config_for(tools.url), tmp_path, store=BrokenStore(tmp_path / "broken.db"))
+        with serve(app.app) as bridge:
+            world = World(app, bridge, log)
+            async with client(world) as alice:
+                results = [await alice.call_tool("tools__echo", {"text": str(i)}) for i in range(3)]
+            await world.flushed()
+    assert [r.content[0].text for r in results] == ["0", "1", "2"]
+    assert app.registry.get_sample_value("toolgate_audit_dropped_total", {"reason": "store_error"}) == 3
