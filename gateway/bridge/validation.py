@@ -53,14 +53,14 @@ def graph_problems(graph: Graph) -> list[GraphProblem]:
     """Every rule of F8 the (well-shaped) graph breaks, in a fixed order."""
     problems: list[GraphProblem] = []
     for what, ids in (
-        ("node", [n.id for n in graph.nodes]),
-        ("edge", [e.id for e in graph.edges]),
-        ("pipeline", [p.id for p in graph.pipelines]),
+        ("node id", [n.id for n in graph.nodes]),
+        ("edge id", [e.id for e in graph.edges]),
+        ("pipeline id", [p.id for p in graph.pipelines]),
         ("pipeline name", [p.name for p in graph.pipelines]),
     ):
         dup = _duplicates(ids)
         if dup:
-            problems.append(GraphProblem(f"duplicate {what} id", dup, f"duplicate {what} ids: {', '.join(dup)}"))
+            problems.append(GraphProblem(f"duplicate {what}", dup, f"duplicate {what}s: {', '.join(dup)}"))
     nodes = graph.node_map()
     missing = [f"edge {e.id} -> {ref.node}" for e in graph.edges for ref in (e.source, e.target) if ref.node not in nodes]
     missing += [
