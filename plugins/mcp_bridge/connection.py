@@ -52,7 +52,9 @@ class McpConnection:
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), timeout)
         except TimeoutError:
-            await self.close(timeout=1.0)
+            self._stop.set()
+            self._task.cancel()  # the handshake never finished: nothing to close gracefully
+            await asyncio.wait({self._task}, timeout=1.0)
             raise CallTimeout(f"the MCP session could not be opened within {timeout:g}s") from None
 
     async def _own(self) -> None:

@@ -116,9 +116,9 @@ class SessionPool:
         if connection.discarded:
             return
         connection.discarded = True
-        await connection.close()
         self._metrics.closed.inc()
         self._metrics.open.dec()
+        await connection.close()
 
     async def release_request(self, request_id: str) -> None:
         """Close the unpooled session of a request that ended (B15)."""

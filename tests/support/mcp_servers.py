@@ -57,6 +57,10 @@ class McpServerState:
     spans: list[tuple[str, float, float]] = field(default_factory=list)
     auth_headers: list[str] = field(default_factory=list)
     arguments: list[dict[str, Any]] = field(default_factory=list)
+    methods: Counter[str] = field(default_factory=Counter)
+    """JSON-RPC methods received over HTTP (e.g. to prove `resources/list` was never asked)."""
+    end_every_session: bool = False
+    """When set, every request carrying a session id gets 404 (a server that keeps ending sessions)."""
     cond: threading.Condition = field(default_factory=threading.Condition)
 
     def note(self, update: Callable[[], None]) -> None:
@@ -189,7 +193,7 @@ def http_app(
         refuse: tuple[int, int, str] | None = None
         if legacy_only and version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
             refuse = (400, -32601, "Method not found")
-        elif session is not None and session in state.killed:
+        elif session is not None and (session in state.killed or state.end_every_session):
             refuse = (404, -32600, "Session not found")
         if refuse is not None:
             start, body = _json_error(*refuse)
@@ -206,9 +210,29 @@ def http_app(
                     state.note(lambda: state.deleted.append(session))
             await send(message)
 
-        await inner(scope, receive, watch)
+        body = bytearray()
+
+        async def read() -> dict[str, Any]:
+            message = await receive()
+            if message["type"] == "http.request":
+                body.extend(message.get("body", b""))
+                if not message.get("more_body") and body:
+                    _record_method(state, bytes(body))
+            return message
+
+        await inner(scope, read, watch)
 
     return app
+
+
+def _record_method(state: McpServerState, body: bytes) -> None:
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return
+    items = payload if isinstance(payload, list) else [payload]
+    names = [item["method"] for item in items if isinstance(item, dict) and isinstance(item.get("method"), str)]
+    state.note(lambda: state.methods.update(names))
 
 
 async def _serve_stdio(state: McpServerState) -> None:
@@ -217,6 +241,33 @@ async def _serve_stdio(state: McpServerState) -> None:
     server = build_server(state)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
+
+
+class HttpSubprocess:
+    """A test server in a child process (`--http`), so a test can stop it for real."""
+
+    def __init__(self, *args: str) -> None:
+        import subprocess
+        import sys
+
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.mcp_servers", "--http", *args],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline().split()
+        if len(line) != 2 or line[0] != "PORT":
+            self.process.kill()
+            raise RuntimeError("the MCP test server did not start")
+        self.url = f"http://127.0.0.1:{line[1]}/mcp"
+
+    def stop(self) -> None:
+        """Kill the process and wait for it: its sockets are closed by the OS."""
+        self.process.kill()
+        self.process.wait(10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
 
 def main() -> None:

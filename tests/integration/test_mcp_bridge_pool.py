@@ -1,0 +1,173 @@
+"""The session pool against real MCP servers on loopback (B13–B17)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.http_server import ServerThread, serve
+from tests.support.mcp_bridge import context, metric, running_bridge
+from tests.support.mcp_servers import HttpSubprocess, McpServerState, http_app
+
+
+@pytest.fixture
+def state() -> McpServerState:
+    return McpServerState()
+
+
+@pytest.fixture
+def sessionful(state: McpServerState) -> Iterator[ServerThread]:
+    """A 2025-11-25 server: refuses the 2026 probe, so clients open an `Mcp-Session-Id` session."""
+    with serve(http_app(state, legacy_only=True)) as server:
+        yield server
+
+
+async def wait(state: McpServerState, predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    return await asyncio.to_thread(state.wait_for, predicate, timeout)
+
+
+# R: B14
+async def test_three_turns_of_one_conversation_share_one_session_and_another_conversation_gets_its_own(
+    state: McpServerState, sessionful: ServerThread
+) -> None:
+    async with running_bridge(endpoint=sessionful.url + "/mcp") as (bridge, registry):
+        texts = [(await bridge.call_tool(context("conv-a", f"r{i}"), "count", {})).text for i in range(3)]
+        other = (await bridge.call_tool(context("conv-b", "r9"), "count", {})).text
+    first, second = state.opened
+    assert texts == [f"session {first} call 1", f"session {first} call 2", f"session {first} call 3"]
+    assert other == f"session {second} call 1"
+    assert metric(registry, "toolgate_mcp_sessions_opened_total", server="docs") == 2
+
+
+# R: B14
+async def test_tools_listing_is_cached_on_the_pooled_session(state: McpServerState, sessionful: ServerThread) -> None:
+    async with running_bridge(endpoint=sessionful.url + "/mcp") as (bridge, _):
+        for i in range(3):
+            names = [t.name for t in await bridge.tools(context("conv-a", f"r{i}"))]
+    assert names == ["count", "echo", "fail", "slow", "image", "secret_tool"]
+    assert state.methods["tools/list"] == 1
+
+
+# R: B14
+async def test_a_session_idle_past_its_lifetime_is_closed_on_the_server(
+    state: McpServerState, sessionful: ServerThread
+) -> None:
+    async with running_bridge(endpoint=sessionful.url + "/mcp", sessionIdleSeconds=0.2) as (bridge, registry):
+        await bridge.call_tool(context("conv-a"), "count", {})
+        assert state.live_sessions == state.opened
+        assert await wait(state, lambda: state.deleted == state.opened)
+        assert metric(registry, "toolgate_mcp_sessions_open", server="docs") == 0
+        assert metric(registry, "toolgate_mcp_sessions_closed_total", server="docs") == 1
+        again = await bridge.call_tool(context("conv-a", "r2"), "count", {})
+    assert again.text == f"session {state.opened[1]} call 1"
+
+
+# R: B15
+async def test_a_request_without_a_conversation_key_gets_its_own_session_closed_when_it_ends(
+    state: McpServerState, sessionful: ServerThread
+) -> None:
+    async with running_bridge(endpoint=sessionful.url + "/mcp") as (bridge, _):
+        ctx = context(None, "req-x")
+        await bridge.call_tool(ctx, "count", {})
+        await bridge.call_tool(ctx, "count", {})
+        assert len(state.live_sessions) == 1
+        await bridge.end_request(ctx)
+        assert state.deleted == state.opened
+        await bridge.call_tool(context(None, "req-y"), "count", {})
+    assert len(state.opened) == 2
+
+
+# R: B16
+async def test_a_session_killed_on_the_server_is_replaced_and_the_call_succeeds(
+    state: McpServerState, sessionful: ServerThread
+) -> None:
+    async with running_bridge(endpoint=sessionful.url + "/mcp") as (bridge, registry):
+        await bridge.call_tool(context("conv-a"), "count", {})
+        state.kill(state.opened[0])
+        result = await bridge.call_tool(context("conv-a", "r2"), "count", {})
+        assert metric(registry, "toolgate_mcp_sessions_replaced_total", server="docs") == 1
+    assert result.is_error is False
+    assert result.text == f"session {state.opened[1]} call 1"
+    assert state.calls["count"] == 2
+
+
+# R: B16
+async def test_a_call_is_retried_once_not_twice_when_the_new_session_is_ended_too(
+    state: McpServerState, sessionful: ServerThread
+) -> None:
+    async with running_bridge(endpoint=sessionful.url + "/mcp") as (bridge, registry):
+        await bridge.call_tool(context("conv-a"), "count", {})
+        state.end_every_session = True
+        result = await bridge.call_tool(context("conv-a", "r2"), "count", {})
+        assert metric(registry, "toolgate_mcp_tool_calls_total", server="docs", status="failed") == 1
+    assert result.is_error is True
+    assert result.text == "the tool failed: the MCP session ended"
+    assert len(state.opened) == 2
+
+
+# R: B13, B16
+async def test_a_stopped_server_yields_the_tool_failed_and_the_next_call_does_not_hang() -> None:
+    server = HttpSubprocess("--legacy-only")
+    try:
+        async with running_bridge(endpoint=server.url) as (bridge, registry):
+            ok = await bridge.call_tool(context("conv-a"), "count", {})
+            server.stop()
+            failed = await bridge.call_tool(context("conv-a", "r2"), "count", {})
+            tools = await bridge.tools(context("conv-b", "r3"))
+    finally:
+        server.stop()
+    assert ok.is_error is False
+    assert failed.is_error is True
+    assert failed.text == "the tool failed: the MCP server could not be reached"
+    assert tools == []
+
+
+# R: B13, B17
+async def test_a_call_past_timeout_seconds_fails_and_leaves_the_session_usable(
+    state: McpServerState, sessionful: ServerThread
+) -> None:
+    async with running_bridge(endpoint=sessionful.url + "/mcp", timeoutSeconds=0.3) as (bridge, _):
+        slow = await bridge.call_tool(context("conv-a"), "slow", {"delay": 5})
+        after = await bridge.call_tool(context("conv-a", "r2"), "count", {})
+    assert slow.is_error is True
+    assert slow.text.startswith("the tool failed: ")
+    assert after.text == f"session {state.opened[0]} call 1"
+    assert len(state.opened) == 1
+
+
+# R: B17
+async def test_session_set_up_is_bounded_by_timeout_seconds() -> None:
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)  # accepts connections, never answers
+    port = listener.getsockname()[1]
+    try:
+        async with running_bridge(endpoint=f"http://127.0.0.1:{port}/mcp", timeoutSeconds=0.3) as (bridge, _):
+            result = await bridge.call_tool(context("conv-a"), "count", {})
+    finally:
+        listener.close()
+    assert result.is_error is True
+    assert result.text == "the tool failed: the MCP session could not be opened within 0.3s"
+
+
+# R: B14
+async def test_parallel_calls_of_one_conversation_open_a_single_session(
+    state: McpServerState, sessionful: ServerThread
+) -> None:
+    async with running_bridge(endpoint=sessionful.url + "/mcp") as (bridge, _):
+        results = await asyncio.gather(*(bridge.call_tool(context("conv-a", f"r{i}"), "count", {}) for i in range(4)))
+    assert len(state.opened) == 1
+    assert sorted(r.text for r in results) == [f"session {state.opened[0]} call {n}" for n in range(1, 5)]
+
+
+# R: B14
+async def test_stop_closes_every_session_on_the_server(state: McpServerState, sessionful: ServerThread) -> None:
+    async with running_bridge(endpoint=sessionful.url + "/mcp") as (bridge, _):
+        await bridge.call_tool(context("conv-a"), "count", {})
+        await bridge.call_tool(context("conv-b"), "count", {})
+    assert sorted(state.deleted) == sorted(state.opened)
+    assert state.live_sessions == []
