@@ -17,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.chat import ChatHandler
@@ -123,9 +124,14 @@ def create_app(config: Config) -> FastAPI:
 
     app = FastAPI(title="toolgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.gateway = gateway
-    chat = ChatHandler(gateway)
-    app.add_api_route("/v1/chat/completions", chat, methods=["POST"], include_in_schema=False)
-    app.add_api_route("/chat/completions", chat, methods=["POST"], include_in_schema=False)
+    handler = ChatHandler(gateway)
+
+    async def chat(request: Request) -> Response:
+        return await handler(request)
+
+    # Plain Starlette routes on the hot path: FastAPI's dependency solving costs ~0.2 ms a request.
+    app.router.routes.append(Route("/v1/chat/completions", chat, methods=["POST"]))
+    app.router.routes.append(Route("/chat/completions", chat, methods=["POST"]))
 
     async def models(request: Request) -> Response:
         gateway.auth.authenticate(request.headers.get("authorization"))
@@ -142,10 +148,10 @@ def create_app(config: Config) -> FastAPI:
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.add_api_route("/v1/models", models, methods=["GET"], include_in_schema=False)
-    app.add_api_route("/healthz", healthz, methods=["GET"], include_in_schema=False)
-    app.add_api_route("/readyz", readyz, methods=["GET"], include_in_schema=False)
-    app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
+    app.router.routes.append(Route("/v1/models", models, methods=["GET"]))
+    app.router.routes.append(Route("/healthz", healthz, methods=["GET"]))
+    app.router.routes.append(Route("/readyz", readyz, methods=["GET"]))
+    app.router.routes.append(Route("/metrics", metrics, methods=["GET"]))
     if bridge is not None:
         app.router.routes.extend(bridge.routes())
     _install_error_handlers(app, gateway)

@@ -54,12 +54,15 @@ class OpenAICompatUpstream:
             ) as response:
                 if response.status_code >= 400:
                     raise error_for_status(self.name, response.status_code, await response.aread())
+                done = False
                 async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
+                    # read on past [DONE] to the end of the body, so the connection is kept alive
+                    if done or not line.startswith("data:"):
                         continue
                     data = line[5:].strip()
                     if data == "[DONE]":
-                        return
+                        done = True
+                        continue
                     try:
                         chunk = json.loads(data)
                     except ValueError:
@@ -67,7 +70,8 @@ class OpenAICompatUpstream:
                     yield check_chunk(self.name, chunk)
         except httpx2.HTTPError as exc:
             raise self._transport_error(exc) from None
-        raise UpstreamError(f"upstream '{self.name}' ended the stream without [DONE]")
+        if not done:
+            raise UpstreamError(f"upstream '{self.name}' ended the stream without [DONE]")
 
     async def aclose(self) -> None:
         """The shared client belongs to the app; nothing to close here."""

@@ -1,0 +1,146 @@
+"""Gateway overhead on loopback: direct to a stub vs through toolgate (empty chain) vs the
+LiteLLM proxy (when `--litellm-venv PATH` names a venv with `litellm[proxy]`).
+
+Measures, in one run: latency at concurrency 1 (median, p95) and requests/s at concurrency 50,
+non-streaming and streaming (time to first byte at c=1). Writes the table into bench/README.md.
+
+    python bench/overhead.py [--litellm-venv bench/.litellm-venv] [--requests 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx2
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.procs import Proc, free_port, machine, write_section  # noqa: E402
+
+BODY = {"model": "bench", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
+
+
+async def one(client: httpx2.AsyncClient, url: str, stream: bool, headers: dict[str, str]) -> tuple[float, float]:
+    """(time to first body byte, total time) in seconds."""
+    started = time.perf_counter()
+    first = 0.0
+    if stream:
+        async with client.stream("POST", url, json={**BODY, "stream": True}, headers=headers) as response:
+            response.raise_for_status()
+            async for _ in response.aiter_raw():
+                if not first:
+                    first = time.perf_counter() - started
+        return first, time.perf_counter() - started
+    response = await client.post(url, json=BODY, headers=headers)
+    response.raise_for_status()
+    elapsed = time.perf_counter() - started
+    return elapsed, elapsed
+
+
+async def measure(url: str, stream: bool, n: int, headers: dict[str, str]) -> dict[str, float]:
+    async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=100, max_keepalive_connections=100)) as client:
+        for _ in range(50):
+            await one(client, url, stream, headers)
+        serial = [await one(client, url, stream, headers) for _ in range(n)]
+        firsts, totals = sorted(s[0] for s in serial), sorted(s[1] for s in serial)
+        queue = list(range(n * 3))
+
+        async def worker() -> None:
+            while queue:
+                queue.pop()
+                await one(client, url, stream, headers)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(50)))
+        rps = n * 3 / (time.perf_counter() - started)
+    return {
+        "median": statistics.median(totals) * 1000,
+        "p95": totals[int(len(totals) * 0.95)] * 1000,
+        "ttfb": statistics.median(firsts) * 1000,
+        "rps": rps,
+    }
+
+
+def gateway_config(stub: str) -> str:
+    return f"""
+server: {{log_level: warning}}
+auth: {{mode: none}}
+upstreams: [{{name: stub, kind: openai, api_base: "{stub}/v1"}}]
+routes: [{{model: bench, upstream: stub, upstream_model: stub}}]
+"""
+
+
+def litellm_config(stub: str) -> str:
+    return f"""
+model_list:
+  - model_name: bench
+    litellm_params: {{model: openai/stub, api_base: "{stub}/v1", api_key: sk-stub}}
+general_settings: {{master_key: sk-bench-master}}
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--litellm-venv", type=Path, default=None)
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    python = sys.executable
+    tmp = Path(tempfile.mkdtemp(prefix="toolgate-bench-"))
+    procs: list[Proc] = []
+    try:
+        port = free_port()
+        stub = Proc([python, "-m", "uvicorn", "--factory", "bench.stub:create_app", "--port", str(port), "--log-level", "warning"],
+                    f"http://127.0.0.1:{port}", "/health")
+        procs.append(stub.start())
+        (tmp / "gw.yaml").write_text(gateway_config(stub.url))
+        gport = free_port()
+        gw = Proc([python, "-m", "gateway.cli", "serve", "--config", str(tmp / "gw.yaml"), "--port", str(gport)], f"http://127.0.0.1:{gport}", "/readyz")
+        procs.append(gw.start())
+        targets = [("direct to the stub", stub.url + "/v1/chat/completions", {}),
+                   ("toolgate, empty chain", gw.url + "/v1/chat/completions", {})]
+        if args.litellm_venv:
+            (tmp / "litellm.yaml").write_text(litellm_config(stub.url))
+            lport = free_port()
+            env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+            ll = Proc([str(args.litellm_venv / "bin" / "litellm"), "--config", str(tmp / "litellm.yaml"), "--host", "127.0.0.1",
+                       "--port", str(lport), "--num_workers", "1"], f"http://127.0.0.1:{lport}", "/health/liveliness", env=env, timeout=120)
+            procs.append(ll.start())
+            targets.append(("LiteLLM proxy", ll.url + "/v1/chat/completions", {"authorization": "Bearer sk-bench-master"}))
+        rows = {}
+        for name, url, headers in targets:
+            for stream in (False, True):
+                rows[(name, stream)] = asyncio.run(measure(url, stream, args.requests, headers))
+                print(name, "stream" if stream else "json", {k: round(v, 2) for k, v in rows[(name, stream)].items()}, flush=True)
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+    table = render(rows, args.requests)
+    print(table)
+    if not args.no_write:
+        write_section("overhead", table)
+    return 0
+
+
+def render(rows: dict[tuple[str, bool], dict[str, float]], n: int) -> str:
+    base = {s: rows[("direct to the stub", s)] for s in (False, True)}
+    lines = [f"Measured {time.strftime('%Y-%m-%d')} on {machine()}; {n} sequential requests at c=1, {3 * n} at c=50, loopback.", "",
+             "| path | mode | c=1 median | added | c=1 p95 | c=50 req/s | TTFB median | TTFB added |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (name, stream), r in rows.items():
+        b = base[stream]
+        added = "—" if name.startswith("direct") else f"+{r['median'] - b['median']:.2f} ms"
+        ttfb_added = "—" if name.startswith("direct") or not stream else f"+{r['ttfb'] - b['ttfb']:.2f} ms"
+        lines.append(f"| {name} | {'stream' if stream else 'json'} | {r['median']:.2f} ms | {added} | {r['p95']:.2f} ms | "
+                     f"{r['rps']:.0f} | {r['ttfb']:.2f} ms | {ttfb_added} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
