@@ -41,8 +41,7 @@ class McpConnection:
         """Set by the pool once it has closed and counted this connection."""
         self.active = 0
         self.last_used = time.monotonic()
-        self.tools: list[types.Tool] | None = None
-        self.resources: list[types.Resource] | None = None
+        self._memo: dict[str, asyncio.Future[Any]] = {}
 
     async def open(self, timeout: float) -> None:
         """Start the owning task and wait for the handshake, at most `timeout` seconds (B17)."""
@@ -77,6 +76,24 @@ class McpConnection:
                 job.cancel()
             if not self._ready.done():
                 self._ready.set_exception(SessionLost())
+
+    async def memo(self, name: str, fetch: Callable[[], Awaitable[T]]) -> T:
+        """`fetch()` once per session (tool and resource lists); concurrent callers share it.
+
+        A failed fetch is forgotten, so the next caller tries again.
+        """
+        future = self._memo.get(name)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            self._memo[name] = future
+            try:
+                future.set_result(await fetch())
+            except BaseException as exc:
+                del self._memo[name]
+                future.set_exception(exc)
+                future.exception()  # retrieved here: waiters, if any, re-raise it themselves
+                raise
+        return await asyncio.shield(future)
 
     @property
     def server_capabilities(self) -> types.ServerCapabilities | None:

@@ -50,8 +50,13 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def describe(exc: BaseException) -> str:
-    """A short reason for a failure, built from the exception's kind, never from headers or URLs."""
+def describe(exc: BaseException, *, detail: bool = True) -> str:
+    """A short reason for a failure, built from the exception's kind, never from headers or URLs.
+
+    With `detail`, an MCP error's own message (server text, up to 200 characters) is included:
+    right for the model's tool calls, whose result text passes the inspectors; injected context
+    leaves it out, so uninspected server text never reaches the model.
+    """
     if isinstance(exc, McpCallFailed):
         return exc.reason
     for leaf in _leaves(exc):
@@ -64,7 +69,8 @@ def describe(exc: BaseException) -> str:
                 return "the MCP server did not answer in time"
             if session_ended(leaf):
                 return "the MCP session ended"
-            return f"the MCP server answered with error {leaf.code}: {leaf.message[:200]}"
+            suffix = f": {leaf.message[:200]}" if detail else ""
+            return f"the MCP server answered with error {leaf.code}{suffix}"
         if isinstance(leaf, httpx2.HTTPError):
             return f"HTTP error talking to the MCP server ({type(leaf).__name__})"
         if isinstance(leaf, OSError):

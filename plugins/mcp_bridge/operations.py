@@ -18,7 +18,8 @@ MAX_PAGES = 100
 
 async def list_tools(connection: McpConnection, client: mcp.Client) -> list[types.Tool]:
     """The server's tools, listed once per session and cached on it."""
-    if connection.tools is None:
+
+    async def fetch() -> list[types.Tool]:
         tools: list[types.Tool] = []
         cursor: str | None = None
         for _ in range(MAX_PAGES):
@@ -27,8 +28,9 @@ async def list_tools(connection: McpConnection, client: mcp.Client) -> list[type
             cursor = page.next_cursor
             if cursor is None:
                 break
-        connection.tools = tools
-    return connection.tools
+        return tools
+
+    return await connection.memo("tools", fetch)
 
 
 def call_tool(name: str, arguments: dict[str, Any], timeout: float) -> Any:
@@ -41,7 +43,7 @@ def call_tool(name: str, arguments: dict[str, Any], timeout: float) -> Any:
 
 
 async def _list_resources(connection: McpConnection, client: mcp.Client) -> list[types.Resource]:
-    if connection.resources is None:
+    async def fetch() -> list[types.Resource]:
         resources: list[types.Resource] = []
         cursor: str | None = None
         for _ in range(MAX_PAGES):
@@ -50,8 +52,9 @@ async def _list_resources(connection: McpConnection, client: mcp.Client) -> list
             cursor = page.next_cursor
             if cursor is None:
                 break
-        connection.resources = resources
-    return connection.resources
+        return resources
+
+    return await connection.memo("resources", fetch)
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ class ContextGatherer:
         try:
             result = await self._run(ctx, call_tool(tool, arguments, self._config.timeoutSeconds))
         except Exception as exc:
-            reason = self._scrub(describe(exc))
+            reason = self._scrub(describe(exc, detail=False))
             log.warning("mcp prefetch %s/%s failed: %s", self._config.id, tool, reason)
             self._count("failed")
             return ContextBlock(title, f"{TOOL_FAILED}: {reason}")
@@ -81,7 +81,7 @@ class ContextGatherer:
         try:
             read: ResourceText = await self._run(ctx, read_resource(reference))
         except Exception as exc:
-            reason = self._scrub(describe(exc))
+            reason = self._scrub(describe(exc, detail=False))
             log.info("mcp resource %s/%s not read: %s", self._config.id, reference, reason)
             return ContextBlock(title, f"{RESOURCE_FAILED}: {reason}")
         await ctx.inspect(InspectItem(kind="resource", server=self._config.id, source=reference, text=read.text))

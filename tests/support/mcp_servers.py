@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
+from mcp import MCPError
 from mcp.server import Server
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
@@ -151,7 +152,7 @@ def build_server(state: McpServerState, *, resources: bool = True, name: str = "
         if uri in ("docs://index", "docs://guide", "docs://notes"):
             text = f"contents of {uri}"
             return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, text=text, mime_type="text/plain")])
-        raise ValueError(f"no resource {uri}")
+        raise MCPError(-32002, f"Resource not found: {uri}")
 
     handlers: dict[str, Any] = {"on_list_tools": on_list_tools, "on_call_tool": on_call_tool}
     if resources:
