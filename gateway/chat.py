@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -14,7 +15,7 @@ from starlette.responses import Response, StreamingResponse
 
 from gateway.chain import GatewayTool
 from gateway.conversation import CONVERSATION_HEADER, client_conversation_id, conversation_key
-from gateway.errors import BadRequest, GatewayError, ModelNotFound, PayloadTooLarge
+from gateway.errors import BadRequest, GatewayError, ModelNotFound, PayloadTooLarge, UpstreamTimeout
 from gateway.gateway import Gateway, Route
 from gateway.logs import request_id_var
 from gateway.loop import TurnIO, run_completion, run_stream
@@ -100,17 +101,23 @@ class ChatHandler:
             inspect=lambda item: route.chain.inspect(ctx, item),
         )
         _strip_conversation_metadata(body)
+        budget = self.gw.config.server.request_timeout_seconds
         try:
-            upstream_body, table = await self._prepare(route, ctx, body)
-            io = self._turn_io(route, ctx, table)
-            if body.get("stream"):
-                client_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                return await self._stream(route, ctx, upstream_body, io, client_usage, started)
-            completion, stats = await run_completion(upstream_body, io)
+            async with asyncio.timeout(budget):
+                upstream_body, table = await self._prepare(route, ctx, body)
+                io = self._turn_io(route, ctx, table)
+                if body.get("stream"):
+                    client_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                    return await self._stream(route, ctx, upstream_body, io, client_usage, started)
+                completion, stats = await run_completion(upstream_body, io)
             completion["model"] = completion.get("model") or route.config.model
             if stats.tool_calls or stats.cap_reached:
                 completion["toolgate"] = stats.summary()
             completion = await route.chain.after_model(ctx, body, completion)
+        except TimeoutError:
+            self._count(route, 504, started)
+            await route.chain.end_request(ctx)
+            raise UpstreamTimeout(f"the request took longer than server.request_timeout_seconds ({budget:g}s)") from None
         except GatewayError as exc:
             self._count(route, exc.status, started)
             await route.chain.end_request(ctx)
