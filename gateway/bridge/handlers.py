@@ -75,7 +75,7 @@ class BridgeHandlers:
             pipeline = graph.pipeline_named(name) if graph is not None else None
             if graph is not None and pipeline is not None:
                 action = "mcp.pipeline_call"
-                mutating = any(is_mutating(n.tool or "") for n in graph.nodes if n.kind == "tool")
+                mutating = _pipeline_mutates(graph, pipeline)
                 result = await self._call_pipeline(scope, graph, pipeline, arguments or {})
             else:
                 result = await self._call_federated(scope, name, arguments or {})
@@ -104,9 +104,11 @@ class BridgeHandlers:
         if resolved is None:
             return error_result(f"unknown tool: {name}")
         try:
-            return await self._upstreams.call_tool(resolved.connection, resolved.upstream_name, arguments)
+            result = await self._upstreams.call_tool(resolved.connection, resolved.upstream_name, arguments)
         except UpstreamCallFailed as exc:
             return error_result(f"tool {name} failed: {exc}")
+        # The upstream's `_meta` (its server info, its own hints) is not the Bridge's to pass on.
+        return result.model_copy(update={"meta": None})
 
     async def _call_pipeline(
         self, scope: CallerScope, graph: Graph, pipeline: Pipeline, arguments: dict[str, Any]
@@ -130,3 +132,12 @@ class BridgeHandlers:
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(output, default=str))], structured_content=output
         )
+
+
+def _pipeline_mutates(graph: Graph, pipeline: Pipeline) -> bool:
+    """A pipeline writes when any tool node its output depends on writes."""
+    try:
+        node_ids = set(plan_run(graph, pipeline).node_ids)
+    except PipelineRefused:
+        node_ids = {n.id for n in graph.nodes}
+    return any(is_mutating(n.tool or "") for n in graph.nodes if n.kind == "tool" and n.id in node_ids)
