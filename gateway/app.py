@@ -45,17 +45,26 @@ class RequestIdMiddleware:
         token = request_id_var.set(request_id)
         started = time.perf_counter()
         status = 500
+        started_response = False
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started_response
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, started_response = message["status"], True
                 message.setdefault("headers", [])
                 message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode("latin-1"))]
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_id)
+        except Exception:  # a bug: answer with the envelope and the request id, log the traceback
+            log.exception("unexpected error")
+            if not started_response:
+                body = json.dumps({"error": {"message": f"internal error (request id {request_id})", "type": "server_error",
+                                             "code": "internal_error", "param": None}}).encode()
+                await send_with_id({"type": "http.response.start", "status": 500,
+                                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                await send_with_id({"type": "http.response.body", "body": body})
         finally:
             if scope["path"] not in ("/healthz", "/readyz", "/metrics"):
                 log.info(
@@ -92,15 +101,9 @@ def _install_error_handlers(app: FastAPI, gateway: Gateway) -> None:
         body = {"error": {"message": f"{where}: {first.get('msg')}", "type": "invalid_request_error", "code": "invalid_request", "param": where}}
         return JSONResponse(body, status_code=400)
 
-    async def unexpected(request: Request, exc: Exception) -> Response:
-        log.error("unexpected error", exc_info=exc)
-        body = {"error": {"message": f"internal error (request id {request_id_var.get()})", "type": "server_error", "code": "internal_error", "param": None}}
-        return JSONResponse(body, status_code=500)
-
     app.add_exception_handler(GatewayError, gateway_error)
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
-    app.add_exception_handler(Exception, unexpected)
 
 
 def create_app(config: Config) -> FastAPI:

@@ -59,6 +59,9 @@ def parse_request(raw: bytes) -> dict[str, Any]:
             raise BadRequest(f"'messages[{i}]' must be an object with a string 'role'", param=f"messages[{i}]")
     if "stream" in body and not isinstance(body["stream"], bool):
         raise BadRequest("'stream' must be a boolean", param="stream")
+    for name in ("stream_options", "metadata"):
+        if body.get(name) is not None and not isinstance(body[name], dict):
+            raise BadRequest(f"'{name}' must be an object", param=name)
     tools = body.get("tools")
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
         raise BadRequest("'tools' must be an array of tool objects", param="tools")

@@ -110,3 +110,23 @@ def test_a_blocked_tool_result_refuses_the_request(upstream: ScriptedUpstream) -
     assert "EVIL" not in error["message"]
     assert len(upstream.requests) == 1
     assert log[-1] == "end:guard"
+
+
+class Broken(Plugin):
+    id = "broken"
+
+    async def before_model(self, ctx: Any, request: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("bug with internal detail /etc/secret-path")
+
+
+def test_a_plugin_bug_gives_a_500_envelope_with_the_request_id_and_no_traceback(upstream: ScriptedUpstream) -> None:
+    # R: G6, G9
+    import httpx2
+
+    with gateway_with(upstream, [Broken()]) as gw:
+        response = httpx2.post(gw.url + "/v1/chat/completions", json={"model": "assistant", "messages": USER}, headers={"x-request-id": "bug-1"})
+        after = httpx2.get(gw.url + "/healthz")
+    assert response.status_code == 500
+    assert response.json() == {"error": {"message": "internal error (request id bug-1)", "type": "server_error", "code": "internal_error", "param": None}}
+    assert response.headers["x-request-id"] == "bug-1"
+    assert after.status_code == 200  # the gateway keeps serving
