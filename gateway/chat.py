@@ -193,6 +193,9 @@ class ChatHandler:
                 status = exc.status
                 log.warning("stream failed after start: %s", exc.message, extra={"status": exc.status})
                 yield b"data: " + json.dumps(exc.body(), ensure_ascii=False).encode() + b"\n\n"
+            except (asyncio.CancelledError, GeneratorExit):
+                status = 499  # the client went away; its upstream stream is closed below
+                raise
             finally:
                 await chunks.aclose()
                 await route.chain.end_request(ctx)

@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.gateway import client, running_gateway, simple_config
 from tests.support.upstream import Reply, ScriptedUpstream
+from tests.support.waiting import wait_until
 
 USER = [{"role": "user", "content": "What is toolgate?"}]
 
@@ -163,3 +164,17 @@ def test_metadata_conversation_id_is_not_forwarded_upstream(upstream: ScriptedUp
     with running_gateway(simple_config(upstream.url)) as gw:
         client(gw).chat.completions.create(model="assistant", messages=USER, metadata={"conversation_id": "abc", "team": "x"})
     assert upstream.requests[0]["metadata"] == {"team": "x"}
+
+
+def test_client_disconnect_mid_stream_cancels_the_upstream_request(upstream: ScriptedUpstream) -> None:
+    # R: G1
+    upstream.push(Reply(content="one two three four", hang_stream_after=3))
+    with running_gateway(simple_config(upstream.url)) as gw:
+        with httpx2.stream("POST", gw.url + "/v1/chat/completions", json={"model": "assistant", "messages": USER, "stream": True}) as response:
+            first = next(response.iter_lines())
+        # the client has gone; the gateway must drop its upstream stream, not wait for it
+        assert upstream.stream_closed.wait(10), "the upstream stream was not closed after the client left"
+        counted = wait_until(lambda: 'toolgate_requests_total{route="assistant",status="499"} 1.0' in httpx2.get(gw.url + "/metrics").text)
+    assert first.startswith("data: ")
+    assert upstream.release.is_set() is False
+    assert counted, "a client that left mid-stream is counted as status 499"

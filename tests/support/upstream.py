@@ -34,6 +34,7 @@ class Reply:
     raw: bytes | None = None
     hang: bool = False
     cut_stream_after: int | None = None
+    hang_stream_after: int | None = None
 
     def message(self, turn: int) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": self.content}
@@ -58,6 +59,7 @@ class ScriptedUpstream:
         self.script: deque[Script] = deque()
         self.default = default or Reply(content="Hello from the scripted model.")
         self.release = threading.Event()
+        self.stream_closed = threading.Event()
         self.app = Starlette(routes=[
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/models", self._models, methods=["GET"]),
@@ -112,8 +114,13 @@ class ScriptedUpstream:
         if (body.get("stream_options") or {}).get("include_usage"):
             prompt, completion = reply.usage
             events.append({**base, "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}})
-        for n, event in enumerate(events):
-            if reply.cut_stream_after is not None and n >= reply.cut_stream_after:
-                return
-            yield f"data: {json.dumps(event)}\n\n"
-        yield "data: [DONE]\n\n"
+        try:
+            for n, event in enumerate(events):
+                if reply.cut_stream_after is not None and n >= reply.cut_stream_after:
+                    return
+                if reply.hang_stream_after is not None and n == reply.hang_stream_after:
+                    await anyio.to_thread.run_sync(self.release.wait, 60, abandon_on_cancel=True)
+                yield f"data: {json.dumps(event)}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:
+            self.stream_closed.set()
