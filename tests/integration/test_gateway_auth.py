@@ -97,3 +97,31 @@ def test_derived_key_needs_a_user_or_org_and_never_contains_the_token() -> None:
     assert key != conversation_key(alice, None, [{"role": "user", "content": "another conversation"}])
     assert "tg-secret-token" not in key and token_fp not in key
     assert conversation_key(Identity(credential_fp=token_fp), None, first) is None
+
+
+def test_jwt_signed_with_a_key_from_the_jwks_url_is_accepted(upstream: ScriptedUpstream) -> None:
+    # R: G3
+    import json as _json
+
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from tests.support.http_server import serve
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = _json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    jwks = {"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}
+    app = Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse(jwks))])
+    claims = {"sub": "carol", "org_id": "acme", "exp": int(time.time()) + 60}
+    good = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    forged = jwt.encode(claims, other, algorithm="RS256", headers={"kid": "k1"})
+    with serve(app) as keys:
+        config = simple_config(upstream.url, auth={"mode": "jwt", "jwt": {"jwks_url": keys.url + "/jwks.json", "algorithms": ["RS256"]}})
+        with running_gateway(config) as gw:
+            assert client(gw, good).chat.completions.create(model="assistant", messages=USER).choices
+            with pytest.raises(openai.AuthenticationError) as caught:
+                client(gw, forged).chat.completions.create(model="assistant", messages=USER)
+    assert "InvalidSignatureError" in caught.value.message
