@@ -171,3 +171,29 @@ async def test_stop_closes_every_session_on_the_server(state: McpServerState, se
         await bridge.call_tool(context("conv-b"), "count", {})
     assert sorted(state.deleted) == sorted(state.opened)
     assert state.live_sessions == []
+
+
+# R: B3
+async def test_a_call_outside_the_filter_is_answered_with_an_error_and_never_reaches_the_server(
+    state: McpServerState, sessionful: ServerThread
+) -> None:
+    async with running_bridge(endpoint=sessionful.url + "/mcp", toolFilter=["count"]) as (bridge, registry):
+        offered = [t.name for t in await bridge.tools(context())]
+        refused = await bridge.call_tool(context(), "secret_tool", {})
+        assert metric(registry, "toolgate_mcp_tool_calls_total", server="docs", status="refused") == 1
+    assert offered == ["count"]
+    assert refused.is_error is True
+    assert refused.text == "the tool failed: tool 'secret_tool' is not allowed on this server"
+    assert state.calls["secret_tool"] == 0
+
+
+# R: B1, B10
+async def test_tool_results_report_binary_content_by_mime_type_and_tool_errors_as_failures(
+    state: McpServerState, sessionful: ServerThread
+) -> None:
+    async with running_bridge(endpoint=sessionful.url + "/mcp") as (bridge, registry):
+        image = await bridge.call_tool(context(), "image", {})
+        failed = await bridge.call_tool(context(), "fail", {})
+        assert metric(registry, "toolgate_mcp_tool_calls_total", server="docs", status="error") == 1
+    assert (image.text, image.is_error) == ("a logo\n[binary content: image/png, 64 bytes]", False)
+    assert (failed.text, failed.is_error) == ("the tool failed: boom", True)

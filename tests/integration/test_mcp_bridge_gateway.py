@@ -1,0 +1,226 @@
+"""mcp_bridge through the real gateway, the official `openai` client and a scripted model
+(B1–B4, B11–B14, B19, G4)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+
+from gateway.app import create_app
+from gateway.config import parse_config
+from tests.support.gateway import client, running_gateway, simple_config
+from tests.support.http_server import ServerThread, serve
+from tests.support.mcp_servers import HttpSubprocess, McpServerState, http_app
+from tests.support.plugins import Recorder
+from tests.support.upstream import Reply, ScriptedUpstream
+
+CANARY = "mcp-canary-secret-3c9e1f7a"
+ALICE_KEY, BOB_KEY = "tg-alice-key-0001", "tg-bob-key-0002"
+KEYS = {
+    "mode": "api_keys",
+    "api_keys": [
+        {"key": "env:ALICE_KEY", "user_id": "alice", "org_id": "acme"},
+        {"key": "env:BOB_KEY", "user_id": "bob", "org_id": "acme"},
+    ],
+}
+
+
+@pytest.fixture
+def state() -> McpServerState:
+    return McpServerState()
+
+
+@pytest.fixture
+def mcp_server(state: McpServerState) -> Iterator[ServerThread]:
+    with serve(http_app(state, legacy_only=True)) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def api_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ALICE_KEY", ALICE_KEY)
+    monkeypatch.setenv("BOB_KEY", BOB_KEY)
+    monkeypatch.setenv("DOCS_TOKEN", f"Bearer {CANARY}")
+
+
+def bridge(url: str, **fields: Any) -> dict[str, Any]:
+    return {"type": "mcp_bridge", "id": "docs", "endpoint": url, "timeoutSeconds": 5, **fields}
+
+
+def tool_message(upstream: ScriptedUpstream, request: int) -> str:
+    return upstream.requests[request]["messages"][-1]["content"]
+
+
+def ask(gw: ServerThread, key: str = ALICE_KEY, conversation: str | None = None, text: str = "hello") -> Any:
+    headers = {"X-Conversation-Id": conversation} if conversation else {}
+    return client(gw, key, **headers).chat.completions.create(model="assistant", messages=[{"role": "user", "content": text}])
+
+
+# R: B1, B14
+def test_three_turns_of_one_conversation_share_one_session_and_another_conversation_gets_its_own(
+    upstream: ScriptedUpstream, state: McpServerState, mcp_server: ServerThread
+) -> None:
+    config = simple_config(upstream.url, [bridge(mcp_server.url + "/mcp")], auth=KEYS)
+    with running_gateway(config) as gw:
+        for conversation in ("c-1", "c-1", "c-1", "c-2"):
+            upstream.push(Reply(tool_calls=[("count", {})]), Reply(content="counted"))
+            assert ask(gw, conversation=conversation).choices[0].message.content == "counted"
+    first, second = state.opened
+    seen = [tool_message(upstream, i) for i in (1, 3, 5, 7)]
+    assert seen == [f"session {first} call 1", f"session {first} call 2", f"session {first} call 3", f"session {second} call 1"]
+    offered = [t["function"]["name"] for t in upstream.requests[0]["tools"]]
+    assert offered == ["count", "echo", "fail", "slow", "image", "secret_tool"]
+
+
+# R: B14, G4
+def test_two_callers_sending_the_same_conversation_id_never_share_a_session(
+    upstream: ScriptedUpstream, state: McpServerState, mcp_server: ServerThread
+) -> None:
+    config = simple_config(upstream.url, [bridge(mcp_server.url + "/mcp")], auth=KEYS)
+    with running_gateway(config) as gw:
+        for key in (ALICE_KEY, BOB_KEY, ALICE_KEY):
+            upstream.push(Reply(tool_calls=[("count", {})]), Reply(content="ok"))
+            ask(gw, key, conversation="shared-id")
+    alice, bob = state.opened
+    assert [tool_message(upstream, i) for i in (1, 3, 5)] == [
+        f"session {alice} call 1",
+        f"session {bob} call 1",
+        f"session {alice} call 2",
+    ]
+
+
+# R: B15
+def test_an_anonymous_request_opens_its_own_session_and_closes_it_when_it_ends(
+    upstream: ScriptedUpstream, state: McpServerState, mcp_server: ServerThread
+) -> None:
+    with running_gateway(simple_config(upstream.url, [bridge(mcp_server.url + "/mcp")])) as gw:
+        for _ in range(2):
+            upstream.push(Reply(tool_calls=[("count", {})]), Reply(content="ok"))
+            client(gw).chat.completions.create(model="assistant", messages=[{"role": "user", "content": "hi"}])
+            assert state.live_sessions == []
+    assert len(state.opened) == 2
+    assert state.deleted == state.opened
+
+
+# R: B2
+def test_the_cap_counts_parallel_calls_and_ends_with_a_tool_less_answer(
+    upstream: ScriptedUpstream, state: McpServerState, mcp_server: ServerThread
+) -> None:
+    config = simple_config(upstream.url, [bridge(mcp_server.url + "/mcp", maxConsecutiveToolCalls=3)], auth=KEYS)
+    upstream.push(
+        Reply(tool_calls=[("count", {}), ("count", {})]),
+        Reply(tool_calls=[("count", {}), ("count", {})]),
+        Reply(content="final answer"),
+    )
+    with running_gateway(config) as gw:
+        response = client(gw, ALICE_KEY).chat.completions.with_raw_response.create(
+            model="assistant", messages=[{"role": "user", "content": "go"}]
+        )
+    body = response.http_response.json()
+    assert body["choices"][0]["message"]["content"] == "final answer"
+    assert body["toolgate"] == {"tool_calls": 3, "rounds": 3, "tool_cap_reached": True}
+    assert state.calls["count"] == 3
+    assert upstream.requests[2]["tool_choice"] == "none"
+
+
+# R: B3
+def test_tools_outside_the_filter_are_never_offered_to_the_model(
+    upstream: ScriptedUpstream, state: McpServerState, mcp_server: ServerThread
+) -> None:
+    config = simple_config(upstream.url, [bridge(mcp_server.url + "/mcp", toolFilter=["count", "echo"])], auth=KEYS)
+    with running_gateway(config) as gw:
+        ask(gw)
+    assert [t["function"]["name"] for t in upstream.requests[0]["tools"]] == ["count", "echo"]
+
+
+# R: B13
+def test_a_stopped_server_yields_the_tool_failed_and_a_normal_answer(upstream: ScriptedUpstream) -> None:
+    server = HttpSubprocess("--legacy-only")
+    try:
+        config = simple_config(upstream.url, [bridge(server.url)], auth=KEYS)
+        with running_gateway(config) as gw:
+            upstream.push(Reply(tool_calls=[("count", {})]), Reply(content="first"))
+            ask(gw, conversation="c")
+            server.stop()
+            upstream.push(Reply(tool_calls=[("count", {})]), Reply(content="answered with what I have"))
+            response = ask(gw, conversation="c")
+    finally:
+        server.stop()
+    assert response.choices[0].message.content == "answered with what I have"
+    assert tool_message(upstream, 3) == "the tool failed: the MCP server could not be reached"
+
+
+# R: B11, B13
+def test_a_prefetch_result_blocked_by_an_inspector_refuses_the_request_naming_the_source(
+    upstream: ScriptedUpstream, mcp_server: ServerThread
+) -> None:
+    config = simple_config(upstream.url, [bridge(mcp_server.url + "/mcp", prefetchTool="echo", prefetchArguments={"q": "{{last_user_message}}"})])
+    app = create_app(parse_config(config, "test", Path(".")))
+    chain = app.state.gateway.routes["assistant"].chain
+    chain.plugins.append(Recorder("guard", [], block_word="forbidden"))
+    with serve(app) as gw:
+        with pytest.raises(openai.BadRequestError) as refused:
+            ask(gw, "anything", text="say forbidden things")
+    error = refused.value.response.json()["error"]
+    assert error["code"] == "content_blocked"
+    assert error["message"] == "request refused by guard: content from docs/echo matched test.word (score 1.00)"
+    assert upstream.requests == []
+
+
+# R: B19
+def test_two_bridges_with_colliding_tool_names_are_made_distinct_and_routed_back(upstream: ScriptedUpstream) -> None:
+    states = [McpServerState(), McpServerState()]
+    with serve(http_app(states[0], legacy_only=True)) as one, serve(http_app(states[1])) as two:
+        plugins = [bridge(one.url + "/mcp", id="one", toolFilter=["count"]), bridge(two.url + "/mcp", id="two", toolFilter=["count", "echo"])]
+        upstream.push(Reply(tool_calls=[("one__count", {}), ("two__count", {}), ("echo", {"x": 1})]), Reply(content="ok"))
+        with running_gateway(simple_config(upstream.url, plugins, auth=KEYS)) as gw:
+            ask(gw)
+    assert [t["function"]["name"] for t in upstream.requests[0]["tools"]] == ["one__count", "two__count", "echo"]
+    assert states[0].calls == {"count": 1}
+    assert states[1].calls == {"count": 1, "echo": 1}
+    assert [m["content"] for m in upstream.requests[1]["messages"][-3:]] == [
+        f"session {states[0].opened[0]} call 1",
+        "session stateless call 1",
+        '{"x": 1}',
+    ]
+
+
+# R: B4
+def test_the_auth_secret_reaches_the_server_and_never_logs_responses_metrics_or_errors(
+    upstream: ScriptedUpstream, state: McpServerState, mcp_server: ServerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    plugin = bridge(mcp_server.url + "/mcp", authHeaderName="Authorization", authSecret="env:DOCS_TOKEN", prefetchTool="fail", resources="docs://index\nmissing", timeoutSeconds=1)
+    texts: list[str] = []
+    with running_gateway(simple_config(upstream.url, [plugin], auth=KEYS)) as gw:
+        upstream.push(Reply(tool_calls=[("fail", {}), ("slow", {"delay": 3}), ("count", {})]), Reply(content="ok"))
+        raw = client(gw, ALICE_KEY, **{"X-Conversation-Id": "c"}).chat.completions.with_raw_response.create(
+            model="assistant", messages=[{"role": "user", "content": "hi"}]
+        )
+        texts.append(raw.http_response.text)
+        state.end_every_session = True
+        upstream.push(Reply(content="ok"))
+        texts.append(ask(gw, conversation="c").model_dump_json())
+        texts.append(httpx2.get(gw.url + "/metrics").text)
+    assert state.auth_headers and set(state.auth_headers) == {f"Bearer {CANARY}"}
+    texts += [str(r) for r in upstream.requests] + [caplog.text] + [r.getMessage() for r in caplog.records]
+    assert [m["content"] for m in upstream.requests[1]["messages"][-3:]] == [
+        "the tool failed: boom",
+        "the tool failed: no answer within 1s",
+        f"session {state.opened[0]} call 1",
+    ]
+    assert upstream.requests[2]["messages"][0]["content"] == (
+        "hello\n\n## fail\nthe tool failed: the MCP session ended\n\n"
+        "## Resource docs://index\nthe resource could not be read: the MCP session ended\n\n"
+        "## Resource missing\nthe resource could not be read: the MCP server lists no resource with that name or URI"
+    )
+    assert "tools" not in upstream.requests[2]
+    for text in texts:
+        assert CANARY not in text
+    assert 'toolgate_mcp_tool_calls_total{server="docs",status="failed"}' in texts[2]
