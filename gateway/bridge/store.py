@@ -70,7 +70,11 @@ class SqliteStore:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._db = await asyncio.to_thread(sqlite3.connect, self.path, check_same_thread=False, isolation_level=None)
-        await self._run(lambda db: (db.execute("PRAGMA journal_mode=WAL"), db.executescript(_SCHEMA)))
+        def create(db: sqlite3.Connection) -> None:
+            db.execute("PRAGMA journal_mode=WAL").fetchall()  # an unread row would keep a statement open
+            db.executescript(_SCHEMA)
+
+        await self._run(create)
 
     async def close(self) -> None:
         """Close the file; later calls fail."""
