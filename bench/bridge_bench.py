@@ -126,13 +126,18 @@ async def timed_calls(url: str, name: str, args: dict[str, Any], repeat: int) ->
     return samples
 
 
-async def direct_fresh_session(url: str, repeat: int) -> list[float]:
+async def direct_fresh_sessions(url: str, n: int, repeat: int) -> list[float]:
+    """N parallel calls straight to the tool server, each on a fresh SDK session: the floor."""
+
+    async def one(http: httpx2.AsyncClient) -> None:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            await client.call_tool("slow_a", {"query": "q"})
+
     samples = []
     async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)) as http:
         for _ in range(repeat + 1):
             started = time.perf_counter()
-            async with Client(streamable_http_client(url, http_client=http)) as client:
-                await client.call_tool("slow_a", {"query": "q"})
+            await asyncio.gather(*(one(http) for _ in range(n)))
             samples.append(time.perf_counter() - started)
     return samples[1:]
 
@@ -150,9 +155,9 @@ def config(tools_url: str, database: str) -> BridgeConfig:
 async def pipeline_rows(repeat: int) -> list[str]:
     rows = []
     with tool_process(DELAY) as tools_url, tempfile.TemporaryDirectory() as tmp:
-        base = await direct_fresh_session(f"{tools_url}/mcp", repeat)
-        med, p90 = ms(base)
-        rows.append(f"| direct: 1 call on a fresh session (baseline) | 1 | {med:.1f} | {p90:.1f} | {med - DELAY * 1000:+.1f} |")
+        for n in SIZES:
+            med, p90 = ms(await direct_fresh_sessions(f"{tools_url}/mcp", n, repeat))
+            rows.append(f"| baseline: N parallel direct calls, fresh SDK session each | {n} | {med:.1f} | {p90:.1f} | {med - DELAY * 1000:+.1f} |")
         app = bridge_app(config(tools_url, "bench.db"), Path(tmp))
         with serve(app.app) as bridge:
             async with mcp_http("alice-key") as http:
@@ -186,9 +191,10 @@ async def audit_rows(calls: int) -> list[str]:
                         result = await client.call_tool("tools__echo", {"text": "hello", "query": "q"})
                         samples[label].append(time.perf_counter() - started)
                         assert not result.is_error
-            for label, values in samples.items():
-                med, p90 = ms(values)
-                rows.append(f"| tools/call via /mcp, {label} | {calls} | {med:.2f} | {p90:.2f} |")
+        for (label, values), app in zip(samples.items(), (on, off), strict=True):
+            med, p90 = ms(values)
+            written = app.registry.get_sample_value("toolgate_audit_written_total") or 0
+            rows.append(f"| tools/call via /mcp, {label} ({written:.0f} records written) | {calls} | {med:.2f} | {p90:.2f} |")
     store = DroppingStore(":memory:")
     writer = AuditWriter(store, queue_size=calls * 10, registry=CollectorRegistry())
     args = {"owner": "acme", "repo": "site", "body": "x" * 500, "token": "ghp_" + "a" * 36}

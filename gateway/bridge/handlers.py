@@ -54,13 +54,12 @@ class BridgeHandlers:
         """Federated tools, then the bridge's pipelines (listed under their `name`)."""
         tools = await self._federation.tools(scope)
         graph = await self.graph(scope)
-        for pipeline in graph.pipelines if graph is not None else []:
+        if graph is None:
+            return tools
+        for pipeline in graph.pipelines:
+            description = pipeline.description or f"Pipeline {pipeline.name} ({scope.name})"
             tools.append(
-                types.Tool(
-                    name=pipeline.name,
-                    description=pipeline.description or f"Pipeline {pipeline.name} of bridge {scope.bridge.id if scope.bridge else ''}",
-                    input_schema=pipeline_input_schema(graph, pipeline),
-                )
+                types.Tool(name=pipeline.name, description=description, input_schema=pipeline_input_schema(graph, pipeline))
             )
         return tools
 
