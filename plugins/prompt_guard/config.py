@@ -1,15 +1,62 @@
-"""Configuration of one prompt_guard node (P4). Extended by the prompt_guard implementation."""
+"""Configuration of one prompt_guard node (P4): the keys a security team tunes in YAML.
+
+Each route has its own chain, so each route's prompt_guard node has its own settings.
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
-class PromptGuardConfig(BaseModel):
+class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+
+class AllowEntry(_Strict):
+    """Items from this server (mcp_bridge node id) and/or tool/resource name are never blocked."""
+
+    server: str | None = None
+    tool: str | None = Field(default=None, description="tool name, resource URI/name, or message role")
+
+    @model_validator(mode="after")
+    def _one(self) -> "AllowEntry":
+        if self.server is None and self.tool is None:
+            raise ValueError("an allow entry needs 'server', 'tool' or both")
+        return self
+
+    def covers(self, server: str, source: str) -> bool:
+        """True when an item from `server`/`source` falls under this entry."""
+        return self.server in (None, server) and self.tool in (None, source)
+
+
+class DetectorToggles(_Strict):
+    """Turn whole detector families on or off."""
+
+    rules: bool = True
+    heuristics: bool = True
+    classifier: bool = True
+
+
+class PromptGuardConfig(_Strict):
     type: Literal["prompt_guard"]
     id: str = "prompt_guard"
-    mode: Literal["enforce", "monitor"] = "enforce"
+    mode: Literal["enforce", "monitor"] = Field(
+        default="enforce", description="enforce: a block refuses the request; monitor: log and count only"
+    )
+    threshold: float = Field(default=0.5, gt=0, le=1, description="score at or above which an item is blocked")
+    rules_file: str | None = Field(default=None, description="YAML rule pack; default config/prompt_guard_rules.yaml")
+    disabled_rules: list[str] = Field(default_factory=list, description="rule, heuristic or 'classifier' ids to switch off")
+    detectors: DetectorToggles = Field(default_factory=DetectorToggles)
+    allow: list[AllowEntry] = Field(default_factory=list)
+    max_scan_bytes: int = Field(
+        default=1 << 20, ge=4096, description="longer texts are scanned as head + tail of this many characters"
+    )
+    inspect_client_messages: bool = Field(default=False, description="also scan the client's own messages")
+    client_roles: list[Literal["system", "user", "assistant", "tool"]] = Field(
+        default_factory=lambda: ["user", "tool"], description="roles scanned when inspect_client_messages is on"
+    )
+    classifier_model: str | None = Field(
+        default=None, description="path to a toolgate-guard-linear/1 JSON model replacing the shipped one"
+    )

@@ -1,0 +1,118 @@
+"""The local classifier (P3): word uni- and bi-gram features with logistic-regression weights.
+
+The model is a JSON file (never pickle: loading it can never run code) holding a bias and a
+map from n-gram to weight; only n-grams with a non-negligible weight are kept, so the file is
+small. A text is scored *piecewise*: every window of `window` consecutive tokens gets
+`bias + sum(weights)`, and the text's score is the sigmoid of the best window. Window sums come
+from one prefix-sum pass, so scoring is linear in the text however long it is, and an
+instruction buried in the middle of a long benign document still scores as high as on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from itertools import accumulate, chain, repeat
+from operator import add, sub
+from pathlib import Path
+from typing import Any
+
+FORMAT = "toolgate-guard-linear/1"
+
+
+class ModelError(ValueError):
+    """A classifier file that cannot be used."""
+
+
+Gram = bytes | tuple[bytes, bytes]
+"""A unigram (token bytes) or a bigram (pair of tokens), as the runtime table keys them."""
+
+
+def gram_key(name: str) -> Gram:
+    """The table key of an n-gram written as text ("word" or "word word")."""
+    first, _, second = name.partition(" ")
+    return (first.encode(), second.encode()) if second else first.encode()
+
+
+def gram_name(key: Gram) -> str:
+    """The text form of a table key."""
+    return b" ".join(key).decode() if isinstance(key, tuple) else key.decode()
+
+
+class LinearModel:
+    """Windowed linear n-gram classifier; `score(tokens)` returns a probability in [0, 1]."""
+
+    def __init__(self, weights: dict[str, float], bias: float, window: int, meta: dict[str, Any] | None = None) -> None:
+        if window < 2:
+            raise ModelError("window must be at least 2 tokens")
+        self.weights = weights
+        self._table: dict[Gram, float] = {gram_key(k): v for k, v in weights.items()}
+        self.bias = bias
+        self.window = window
+        self.meta = meta or {}
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "<model>") -> "LinearModel":
+        """Build from the parsed JSON document (see `to_json`)."""
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ModelError(f"{source}: not a {FORMAT} model file")
+        weights = data.get("weights")
+        if not isinstance(weights, dict) or not all(isinstance(v, (int, float)) for v in weights.values()):
+            raise ModelError(f"{source}: 'weights' must map n-grams to numbers")
+        try:
+            bias, window = float(data["bias"]), int(data["window"])
+        except (KeyError, TypeError, ValueError):
+            raise ModelError(f"{source}: 'bias' and 'window' are required numbers") from None
+        return cls({str(k): float(v) for k, v in weights.items()}, bias, window, data.get("meta"))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "LinearModel":
+        """Read a model file (`.json`)."""
+        path = Path(path)
+        if path.suffix != ".json":
+            raise ModelError(f"{path}: only {FORMAT} JSON model files are supported")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ModelError(f"{path}: cannot read model: {exc.strerror}") from None
+        except json.JSONDecodeError as exc:
+            raise ModelError(f"{path}: not valid JSON: {exc}") from None
+        return cls.from_json(data, str(path))
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document `from_json` reads."""
+        return {"format": FORMAT, "bias": self.bias, "window": self.window, "meta": self.meta,
+                "weights": self.weights}
+
+    def contributions(self, tokens: Sequence[bytes]) -> list[float]:
+        """Per-position weight: the token's unigram plus the bigram it starts."""
+        get = self._table.get
+        uni = map(get, tokens, repeat(0.0))
+        bi = map(get, zip(tokens, tokens[1:]), repeat(0.0))
+        return list(map(add, uni, chain(bi, (0.0,))))
+
+    def logit(self, tokens: Sequence[bytes]) -> float:
+        """Bias plus the highest window sum over the tokens."""
+        if not tokens:
+            return self.bias
+        sums = list(accumulate(self.contributions(tokens), initial=0.0))
+        w = self.window
+        if len(tokens) <= w:
+            return self.bias + sums[-1]
+        return self.bias + max(map(sub, sums[w:], sums[:-w]))
+
+    def score(self, tokens: Sequence[bytes]) -> float:
+        """Probability that the tokens contain an injection."""
+        z = self.logit(tokens)
+        return 1.0 / (1.0 + math.exp(-z)) if z > -60 else 0.0
+
+    def top_features(self, tokens: Sequence[bytes], k: int = 5) -> list[str]:
+        """The n-grams that pushed the score up most (for explanations)."""
+        grams: set[Gram] = set(tokens) | set(zip(tokens, tokens[1:]))
+        ranked = sorted(((self._table.get(g, 0.0), gram_name(g)) for g in grams), reverse=True)
+        return [name for w, name in ranked[:k] if w > 0]
+
+
+DEFAULT_MODEL = Path(__file__).resolve().parent / "model" / "classifier.json"
+"""The model trained by `training/train.py` and shipped with the plugin."""

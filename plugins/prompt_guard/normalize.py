@@ -1,0 +1,116 @@
+"""Text normalisation before matching (P3): NFKC, invisible characters out, confusables folded,
+case folded.
+
+Every detector that matches words sees the *normalised* text, so evasions such as a zero-width
+space inside "ig\u200bnore", Cyrillic "о" for Latin "o", or full-width letters all reduce to the
+same plain lowercase word. The hidden-Unicode heuristic looks at the raw text separately.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+ZERO_WIDTH = frozenset(
+    [0x00AD, 0x034F, 0x061C, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x180C, 0x180D, 0x180E]
+    + list(range(0x200B, 0x2010))  # zero-width space/joiners, LRM/RLM
+    + list(range(0x202A, 0x202F))  # bidi embeddings and overrides
+    + list(range(0x2060, 0x2070))  # word joiner, invisible operators, bidi isolates
+    + [0x3164, 0xFEFF, 0xFFA0]
+    + list(range(0xFE00, 0xFE10))  # variation selectors
+)
+"""Code points that render as nothing; removed before matching."""
+
+TAG_FIRST, TAG_LAST = 0xE0000, 0xE007F
+"""Unicode tag characters: invisible, and able to spell ASCII ("ASCII smuggling")."""
+
+# Letters that look like Latin ones (a subset of Unicode's confusables.txt covering the
+# Cyrillic, Greek, Armenian and IPA look-alikes used in practice). NFKC already folds
+# full-width and mathematical alphanumerics.
+_CONFUSABLES = {
+    # Cyrillic
+    "а": "a", "в": "b", "е": "e", "ё": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p",
+    "с": "c", "т": "t", "у": "y", "х": "x", "ѕ": "s", "і": "i", "ї": "i", "ј": "j", "һ": "h",
+    "ԁ": "d", "ԛ": "q", "ԝ": "w", "ӏ": "l", "ɡ": "g", "ь": "b", "п": "n", "г": "r", "д": "d",
+    "А": "a", "В": "b", "Е": "e", "К": "k", "М": "m", "Н": "h", "О": "o", "Р": "p", "С": "c",
+    "Т": "t", "У": "y", "Х": "x", "Ѕ": "s", "І": "i", "Ј": "j", "Ԁ": "d", "Ԛ": "q", "Ԝ": "w",
+    # Greek
+    "α": "a", "β": "b", "ε": "e", "η": "n", "ι": "i", "κ": "k", "ν": "v", "ο": "o", "ρ": "p",
+    "τ": "t", "υ": "u", "χ": "x", "γ": "y", "ω": "w", "Α": "a", "Β": "b", "Ε": "e", "Ζ": "z",
+    "Η": "h", "Ι": "i", "Κ": "k", "Μ": "m", "Ν": "n", "Ο": "o", "Ρ": "p", "Τ": "t", "Υ": "y",
+    "Χ": "x",
+    # Armenian, IPA, Latin extensions and lookalike punctuation
+    "օ": "o", "ս": "u", "ց": "g", "ɑ": "a", "ɩ": "i", "ʏ": "y", "ı": "i", "ȷ": "j", "ꓲ": "i",
+    "ǀ": "l", "ᴀ": "a", "ʙ": "b", "ᴄ": "c", "ᴅ": "d", "ᴇ": "e", "ɢ": "g", "ʜ": "h", "ɪ": "i",
+    "ᴊ": "j", "ᴋ": "k", "ʟ": "l", "ᴍ": "m", "ɴ": "n", "ᴏ": "o", "ᴘ": "p", "ʀ": "r", "ꜱ": "s",
+    "ᴛ": "t", "ᴜ": "u", "ᴠ": "v", "ᴡ": "w", "ᴢ": "z",
+}
+
+
+_CONFUSABLE = re.compile("[" + "".join(re.escape(k) for k in _CONFUSABLES) + "]")
+_CONFUSABLE_TABLE = {ord(k): v for k, v in _CONFUSABLES.items()}
+_INVISIBLE = re.compile(
+    "[" + "".join(re.escape(chr(cp)) for cp in sorted(ZERO_WIDTH)) + "\U000E0000-\U000E007F]"
+)
+_PUNCT = re.compile("[\u00a0-\u00bf\u2010-\u205e\u3000-\u303f]")
+_TAG_RUN = re.compile("[\U000E0020-\U000E007E]+")
+
+
+def _token_table() -> bytes:
+    table = bytearray(256)
+    for b in range(256):
+        keep = b >= 0x80 or chr(b).isalnum() or b == ord("_")
+        table[b] = ord(chr(b).lower()) if keep else 0x20
+    return bytes(table)
+
+
+_TOKEN_TABLE = _token_table()
+
+
+def fold(text: str) -> tuple[str, int]:
+    """Normalise `text`; also return how many invisible characters were removed.
+
+    ASCII text (the common case) only needs lowercasing; other text goes through NFKC,
+    loses its invisible and tag characters, has confusables folded and Unicode punctuation
+    turned into spaces, and is case-folded.
+    """
+    if text.isascii():
+        return text.lower(), 0
+    folded, hidden = _INVISIBLE.subn("", unicodedata.normalize("NFKC", text))
+    if _CONFUSABLE.search(folded):
+        folded = folded.translate(_CONFUSABLE_TABLE)
+    return _PUNCT.sub(" ", folded.casefold()), hidden
+
+
+def normalize(text: str) -> str:
+    """Return `text` in the form every word detector matches against (see `fold`)."""
+    return fold(text)[0]
+
+
+def tokenize(normalized: str) -> list[bytes]:
+    """Word tokens of normalised text as UTF-8 bytes (letters, digits, `_`, any script).
+
+    Bytes, not str: splitting on a byte table is several times faster than a regex, and the
+    rule and model tables are keyed the same way.
+    """
+    return normalized.encode("utf-8", "surrogatepass").translate(_TOKEN_TABLE).split()
+
+
+def tag_payload(text: str) -> str:
+    """Decode the ASCII spelled by Unicode tag characters (U+E0020..U+E007E), if any."""
+    if text.isascii():
+        return ""
+    runs = _TAG_RUN.findall(text)
+    return " ".join("".join(chr(ord(c) - TAG_FIRST) for c in run) for run in runs)
+
+
+def count_invisible(text: str) -> int:
+    """Count zero-width / bidi / tag characters in the raw text."""
+    if text.isascii():
+        return 0
+    return len(_INVISIBLE.findall(text))
+
+
+def has_tags(text: str) -> bool:
+    """True when `text` holds Unicode tag characters."""
+    return bool(_TAG_RUN.search(text))

@@ -1,0 +1,136 @@
+"""The prompt_guard plugin (P1, P2, P4, B11, B13): scores every item before the model reads it.
+
+`inspect` receives tool results, prefetch results and resources (and, when configured, the
+client's messages through `before_model`). In `enforce` mode a block raises `GuardBlocked`,
+whose message names this inspector, the server, the source and the rule ids, never the text.
+In `monitor` mode a block is logged as one JSON line on the `toolgate.guard` logger and
+counted, and the request goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from gateway.errors import GuardBlocked
+from gateway.plugins import ChatRequest, InspectItem, Plugin, PluginContext, PluginEnv
+from plugins.prompt_guard.classifier import DEFAULT_MODEL, LinearModel
+from plugins.prompt_guard.config import PromptGuardConfig
+from plugins.prompt_guard.metrics import GuardMetrics, guard_metrics
+from plugins.prompt_guard.rulepack import DEFAULT_RULES, load_rules
+from plugins.prompt_guard.scanner import Guard, GuardSettings, Verdict
+
+log = logging.getLogger("toolgate.guard")
+
+THREAD_SCAN_CHARS = 64 * 1024
+"""Texts longer than this are scanned in a worker thread so the event loop stays responsive."""
+
+
+def build_guard(config: PromptGuardConfig) -> Guard:
+    """Load the rule pack and the classifier a config names and build the scanner."""
+    rules = load_rules(config.rules_file or DEFAULT_RULES) if config.detectors.rules else []
+    model = None
+    if config.detectors.classifier:
+        model = LinearModel.load(config.classifier_model or DEFAULT_MODEL)
+    settings = GuardSettings(
+        threshold=config.threshold,
+        max_scan_bytes=config.max_scan_bytes,
+        rules=config.detectors.rules,
+        heuristics=config.detectors.heuristics,
+        classifier=config.detectors.classifier,
+    )
+    return Guard(rules, model, settings, config.disabled_rules)
+
+
+def message_text(content: Any) -> str:
+    """The text of an OpenAI message `content` (a string or a list of parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+class PromptGuardPlugin(Plugin):
+    """Inspector node of a route's chain; see the module docstring."""
+
+    def __init__(self, config: PromptGuardConfig) -> None:
+        self.config = config
+        self.id = config.id
+        self._guard: Guard | None = None
+        self._metrics: GuardMetrics | None = None
+        self.counts: dict[str, int] = {"allow": 0, "block": 0, "monitor_block": 0}
+        """Verdicts seen by this node (also exported as Prometheus counters once started)."""
+
+    @property
+    def guard(self) -> Guard:
+        """The scanner, built on first use (rules and model files are read only then)."""
+        if self._guard is None:
+            self._guard = build_guard(self.config)
+        return self._guard
+
+    async def start(self, env: PluginEnv) -> None:
+        """Load rules and model now (so a bad file fails start-up) and register metrics."""
+        _ = self.guard
+        self._metrics = guard_metrics(env.metrics)
+
+    async def inspect(self, ctx: PluginContext, item: InspectItem) -> None:
+        """Score one item; raise `GuardBlocked` in enforce mode when it is blocked."""
+        if any(entry.covers(item.server, item.source) for entry in self.config.allow):
+            self._count("allow", item.kind)
+            return
+        started = time.perf_counter()
+        if len(item.text) > THREAD_SCAN_CHARS:
+            verdict = await asyncio.to_thread(self.guard.scan, item.text)
+        else:
+            verdict = self.guard.scan(item.text)
+        if self._metrics is not None:
+            self._metrics.latency.labels(self.id).observe(time.perf_counter() - started)
+        if not verdict.blocked:
+            self._count("allow", item.kind)
+            return
+        enforce = self.config.mode == "enforce"
+        self._count("block" if enforce else "monitor_block", item.kind)
+        self._log(ctx, item, verdict)
+        if enforce:
+            raise GuardBlocked(
+                inspector=self.id, server=item.server, source=item.source,
+                rules=list(verdict.rules), score=verdict.score,
+            )
+
+    async def before_model(self, ctx: PluginContext, request: ChatRequest) -> ChatRequest:
+        """With `inspect_client_messages`, scan the client's own messages of the chosen roles."""
+        if self.config.inspect_client_messages:
+            for message in request.get("messages", []):
+                role = message.get("role") if isinstance(message, dict) else None
+                if role in self.config.client_roles:
+                    text = message_text(message.get("content"))
+                    if text:
+                        await self.inspect(ctx, InspectItem("client_message", "client", str(role), text))
+        return request
+
+    def _count(self, verdict: str, kind: str) -> None:
+        self.counts[verdict] += 1
+        if self._metrics is not None:
+            self._metrics.verdicts.labels(self.id, verdict, kind).inc()
+
+    def _log(self, ctx: PluginContext, item: InspectItem, verdict: Verdict) -> None:
+        record = {
+            "event": "guard_verdict",
+            "guard": self.id,
+            "mode": self.config.mode,
+            "verdict": "block" if self.config.mode == "enforce" else "monitor_block",
+            "kind": item.kind,
+            "server": item.server,
+            "source": item.source,
+            "score": verdict.score,
+            "rules": list(verdict.rules),
+            "truncated": verdict.truncated,
+            "chars": len(item.text),
+            "request_id": ctx.request_id,
+            "route": ctx.route,
+        }
+        log.warning(json.dumps(record, sort_keys=True))

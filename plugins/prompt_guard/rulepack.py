@@ -1,0 +1,194 @@
+"""YAML rule packs (P3): ids, word patterns, literals and weights, matched in linear time.
+
+A pattern is a sequence of *slots* over the normalised word tokens, never a regex:
+
+- `ignore` — one word; `previous|prior|above` — any of these words;
+- `instruction*` — a word starting with `instruction`;
+- a trailing `?` makes a slot optional (`all?`);
+- `*` allows up to 3 arbitrary words before the next slot, `~N` up to N (N ≤ 8).
+
+`literals` are plain substrings of the normalised text (`[system]`). Matching visits each
+token once to find candidate starts (the first slot must be plain words), then checks each
+candidate with a bounded number of steps, so the cost is linear in the text with no way to
+backtrack catastrophically (P5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from plugins.prompt_guard.normalize import normalize
+
+MAX_SLOTS = 12
+MAX_GAP = 8
+
+
+class RulePackError(ValueError):
+    """A rule pack that cannot be used; the message names the file and the rule."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One position of a pattern."""
+
+    words: frozenset[bytes]
+    prefixes: tuple[bytes, ...]
+    optional: bool
+    gap: int
+    """How many arbitrary words may come before this slot."""
+
+    def accepts(self, token: bytes) -> bool:
+        return token in self.words or (bool(self.prefixes) and token.startswith(self.prefixes))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule of the pack: it fires when any of its patterns or literals matches."""
+
+    id: str
+    weight: float
+    description: str
+    patterns: tuple[tuple[Slot, ...], ...]
+    literals: tuple[str, ...]
+
+
+def compile_pattern(source: str, where: str) -> tuple[Slot, ...]:
+    """Compile one pattern string into slots; raise `RulePackError` on bad syntax."""
+    slots: list[Slot] = []
+    gap = 0
+    for part in source.lower().split():
+        if part == "*" or (part.startswith("~") and part[1:].isdigit()):
+            gap += 3 if part == "*" else int(part[1:])
+            continue
+        optional = part.endswith("?")
+        part = part.rstrip("?").strip("()")
+        words: set[bytes] = set()
+        prefixes: list[bytes] = []
+        for alt in part.split("|"):
+            if not alt or not alt.rstrip("*").replace("_", "").isalnum():
+                raise RulePackError(f"{where}: bad word {alt!r} in pattern {source!r}")
+            word = normalize(alt.rstrip("*")).encode()
+            (prefixes.append(word) if alt.endswith("*") else words.add(word))
+        slots.append(Slot(frozenset(words), tuple(prefixes), optional, gap))
+        gap = 0
+    if not slots or gap:
+        raise RulePackError(f"{where}: pattern {source!r} must start and end with a word")
+    first = slots[0]
+    if first.optional or first.prefixes or first.gap:
+        raise RulePackError(f"{where}: pattern {source!r} must start with plain words (no *, ?)")
+    if len(slots) > MAX_SLOTS or sum(s.gap for s in slots) > MAX_GAP:
+        raise RulePackError(f"{where}: pattern {source!r} is too long (≤{MAX_SLOTS} words, ≤{MAX_GAP} gap)")
+    return tuple(slots)
+
+
+def _match_rest(slots: Sequence[Slot], k: int, tokens: Sequence[bytes], pos: int) -> bool:
+    """True when slots[k:] match starting at tokens[pos] (bounded: gaps and slots are capped)."""
+    if k == len(slots):
+        return True
+    slot = slots[k]
+    end = min(len(tokens), pos + slot.gap + 1)
+    for p in range(pos, end):
+        if slot.accepts(tokens[p]) and _match_rest(slots, k + 1, tokens, p + 1):
+            return True
+    return slot.optional and _match_rest(slots, k + 1, tokens, pos)
+
+
+def _possible(pattern: Sequence[Slot], present: frozenset[bytes] | set[bytes]) -> bool:
+    """Cheap pre-check: every required plain-word slot has one of its words in the text."""
+    return all(s.optional or s.prefixes or not s.words.isdisjoint(present) for s in pattern)
+
+
+class RulePack:
+    """A loaded, compiled rule pack; `match` returns the rules that fire on a text."""
+
+    def __init__(self, rules: Iterable[Rule], disabled: Iterable[str] = ()) -> None:
+        self.all_rules = {r.id: r for r in rules}
+        unknown = sorted(set(disabled) - self.all_rules.keys())
+        if unknown:
+            raise RulePackError(f"disabled_rules names unknown rule ids: {', '.join(unknown)}")
+        self.rules = [r for r in self.all_rules.values() if r.id not in set(disabled)]
+        self._first: dict[bytes, list[tuple[Rule, tuple[Slot, ...]]]] = {}
+        for rule in self.rules:
+            for pattern in rule.patterns:
+                for word in pattern[0].words:
+                    self._first.setdefault(word, []).append((rule, pattern))
+        self._words = frozenset(w for rule in self.rules for p in rule.patterns for s in p for w in s.words)
+        self._literals = [(lit, r) for r in self.rules for lit in r.literals]
+
+    @property
+    def literals(self) -> set[str]:
+        """Every literal of the enabled rules (the scanner finds them all in one pass)."""
+        return {lit for lit, _ in self._literals}
+
+    def match(self, tokens: Sequence[bytes], literal_hits: Collection[str] = ()) -> list[Rule]:
+        """Rules firing on the normalised `tokens` and the `literal_hits` found in the text,
+        each once, in pack order."""
+        fired: dict[str, Rule] = {}
+        present = self._words.intersection(tokens)
+        candidates = {
+            word: [(rule, p) for rule, p in self._first[word] if _possible(p, present)]
+            for word in self._first.keys() & present
+        }
+        candidates = {word: found for word, found in candidates.items() if found}
+        if candidates:
+            for i, token in enumerate(tokens):
+                for rule, pattern in candidates.get(token, ()):
+                    if rule.id not in fired and _match_rest(pattern, 1, tokens, i + 1):
+                        fired[rule.id] = rule
+        for lit, rule in self._literals:
+            if rule.id not in fired and lit in literal_hits:
+                fired[rule.id] = rule
+        return [r for r in self.rules if r.id in fired]
+
+
+def parse_rules(data: Any, source: str) -> list[Rule]:
+    """Validate the YAML structure of a pack and compile its rules."""
+    if not isinstance(data, dict) or not isinstance(data.get("rules"), list):
+        raise RulePackError(f"{source}: expected a mapping with a 'rules' list")
+    rules: list[Rule] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(data["rules"]):
+        where = f"{source}: rules.{i}"
+        if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
+            raise RulePackError(f"{where}: each rule needs an 'id'")
+        extra = set(raw) - {"id", "weight", "description", "patterns", "literals"}
+        if extra:
+            raise RulePackError(f"{where}: unknown keys {sorted(extra)}")
+        rid, weight = raw["id"], raw.get("weight")
+        if rid in seen:
+            raise RulePackError(f"{where}: duplicate id {rid!r}")
+        if not isinstance(weight, (int, float)) or not 0 < weight <= 1:
+            raise RulePackError(f"{where} ({rid}): 'weight' must be a number in (0, 1]")
+        patterns = tuple(compile_pattern(str(p), f"{where} ({rid})") for p in raw.get("patterns") or [])
+        literals = tuple(normalize_literal(str(lit)) for lit in raw.get("literals") or [])
+        if not patterns and not literals:
+            raise RulePackError(f"{where} ({rid}): needs 'patterns' or 'literals'")
+        seen.add(rid)
+        rules.append(Rule(rid, float(weight), str(raw.get("description", "")), patterns, literals))
+    return rules
+
+
+def normalize_literal(literal: str) -> str:
+    """Literals are matched against normalised text, so normalise them the same way."""
+    return normalize(literal)
+
+
+def load_rules(path: str | Path) -> list[Rule]:
+    """Read and compile a YAML pack from `path`."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RulePackError(f"{path}: cannot read rule pack: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise RulePackError(f"{path}: not valid YAML: {exc}") from None
+    return parse_rules(data, str(path))
+
+
+DEFAULT_RULES = Path(__file__).resolve().parents[2] / "config" / "prompt_guard_rules.yaml"
+"""The pack shipped with the project (`config/prompt_guard_rules.yaml`)."""

