@@ -126,6 +126,18 @@ async def timed_calls(url: str, name: str, args: dict[str, Any], repeat: int) ->
     return samples
 
 
+async def direct_open_session(url: str, repeat: int) -> list[float]:
+    """One call at a time on one open SDK session: a tool delay plus one round trip."""
+    samples = []
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            for _ in range(repeat + 1):
+                started = time.perf_counter()
+                await client.call_tool("slow_a", {"query": "q"})
+                samples.append(time.perf_counter() - started)
+    return samples[1:]
+
+
 async def direct_fresh_sessions(url: str, n: int, repeat: int) -> list[float]:
     """N parallel calls straight to the tool server, each on a fresh SDK session: the floor."""
 
@@ -155,6 +167,8 @@ def config(tools_url: str, database: str) -> BridgeConfig:
 async def pipeline_rows(repeat: int) -> list[str]:
     rows = []
     with tool_process(DELAY) as tools_url, tempfile.TemporaryDirectory() as tmp:
+        med, p90 = ms(await direct_open_session(f"{tools_url}/mcp", repeat))
+        rows.append(f"| baseline: 1 direct call on an open session (no Bridge) | 1 | {med:.1f} | {p90:.1f} | {med - DELAY * 1000:+.1f} |")
         for n in SIZES:
             med, p90 = ms(await direct_fresh_sessions(f"{tools_url}/mcp", n, repeat))
             rows.append(f"| baseline: N parallel direct calls, fresh SDK session each | {n} | {med:.1f} | {p90:.1f} | {med - DELAY * 1000:+.1f} |")

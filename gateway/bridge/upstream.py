@@ -17,9 +17,9 @@ from typing import TypeVar
 
 import httpx2
 import mcp_types as types
-from mcp import Client
-from mcp.client.caching import CacheConfig, InMemoryResponseCacheStore
+from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import HEADER_MISMATCH
 
 from gateway.bridge.records import ConnectionRecord
 from gateway.secrets import SecretSet, resolve_secret
@@ -48,7 +48,6 @@ class Upstreams:
         self._clients: dict[tuple[str, str, str], httpx2.AsyncClient] = {}
         self._tools: dict[str, tuple[float, str, list[types.Tool]]] = {}
         self._discovered: dict[str, tuple[str, types.DiscoverResult]] = {}
-        self._responses: dict[str, InMemoryResponseCacheStore] = {}
 
     async def close(self) -> None:
         """Close the per-connection clients (the shared one belongs to the caller)."""
@@ -60,7 +59,6 @@ class Upstreams:
         """Drop what is cached about a connection (after it changed or was deleted)."""
         self._tools.pop(connection_id, None)
         self._discovered.pop(connection_id, None)
-        self._responses.pop(connection_id, None)
 
     async def list_tools(self, conn: ConnectionRecord) -> list[types.Tool]:
         """The connection's tools, reused for `toolListTtlSeconds`."""
@@ -88,9 +86,18 @@ class Upstreams:
         """Call `tool` on a fresh session; raises `UpstreamCallFailed` on any transport or protocol failure."""
 
         async def op(client: Client) -> types.CallToolResult:
-            # The SDK lists a tool before its first call on a session (output schema, Mcp-Param
-            # headers); on a 2026-07-28 connection that listing comes from the shared response cache.
-            await client.list_tools()
+            # `Client.call_tool` lists the tools first on every fresh session (to validate the
+            # output and mirror Mcp-Param headers): one more round trip per node. The Bridge relays
+            # results (the end client validates them), so it sends the call alone and takes the
+            # SDK's list-then-call path only when a server insists on Mcp-Param headers.
+            request = types.CallToolRequest(params=types.CallToolRequestParams(name=tool, arguments=arguments))
+            try:
+                return await client.session.send_request(
+                    request, types.CallToolResult, request_read_timeout_seconds=self.timeout
+                )
+            except MCPError as exc:
+                if exc.code != HEADER_MISMATCH:
+                    raise
             return await client.call_tool(tool, arguments, read_timeout_seconds=self.timeout)
 
         return await self._isolated(self._with_session(conn, op), f"call {tool} on {conn.id}")
@@ -99,11 +106,10 @@ class Upstreams:
         http = self._client_for(conn)
         known = self._discovered.get(conn.id)
         transport = streamable_http_client(conn.endpoint, http_client=http)
-        cache = self._response_cache(conn)
         if known is not None:
-            client = Client(transport, mode=known[0], prior_discover=known[1], cache=cache)
+            client = Client(transport, mode=known[0], prior_discover=known[1], cache=None)
         else:
-            client = Client(transport, cache=cache)
+            client = Client(transport, cache=None)
         try:
             async with client:
                 discovered = client.session.discover_result
@@ -131,16 +137,6 @@ class Upstreams:
         if exc is not None:
             raise UpstreamCallFailed(f"{what}: {self._secrets.scrub(_describe(exc))}") from exc
         return task.result()
-
-    def _response_cache(self, conn: ConnectionRecord) -> CacheConfig | None:
-        """One response cache per connection (never shared across connections or credentials)."""
-        if self._list_ttl <= 0:
-            return None
-        store = self._responses.setdefault(conn.id, InMemoryResponseCacheStore())
-        return CacheConfig(
-            store=store, partition=f"connection:{conn.id}", target_id=f"{conn.id}|{conn.endpoint}",
-            default_ttl_ms=int(self._list_ttl * 1000),
-        )
 
     def _client_for(self, conn: ConnectionRecord) -> httpx2.AsyncClient:
         if not conn.auth_header_name or not conn.auth_secret:
