@@ -48,6 +48,8 @@ class Upstreams:
         self._clients: dict[tuple[str, str, str], httpx2.AsyncClient] = {}
         self._tools: dict[str, tuple[float, str, list[types.Tool]]] = {}
         self._discovered: dict[str, tuple[str, types.DiscoverResult]] = {}
+        self._needs_listing: set[tuple[str, str]] = set()
+        """(connection, tool) pairs whose server wants Mcp-Param headers: listed before each call."""
 
     async def close(self) -> None:
         """Close the per-connection clients (the shared one belongs to the caller)."""
@@ -59,6 +61,7 @@ class Upstreams:
         """Drop what is cached about a connection (after it changed or was deleted)."""
         self._tools.pop(connection_id, None)
         self._discovered.pop(connection_id, None)
+        self._needs_listing = {pair for pair in self._needs_listing if pair[0] != connection_id}
 
     async def list_tools(self, conn: ConnectionRecord) -> list[types.Tool]:
         """The connection's tools, reused for `toolListTtlSeconds`."""
@@ -90,14 +93,17 @@ class Upstreams:
             # output and mirror Mcp-Param headers): one more round trip per node. The Bridge relays
             # results (the end client validates them), so it sends the call alone and takes the
             # SDK's list-then-call path only when a server insists on Mcp-Param headers.
-            request = types.CallToolRequest(params=types.CallToolRequestParams(name=tool, arguments=arguments))
-            try:
-                return await client.session.send_request(
-                    request, types.CallToolResult, request_read_timeout_seconds=self.timeout
-                )
-            except MCPError as exc:
-                if exc.code != HEADER_MISMATCH:
-                    raise
+            if (conn.id, tool) not in self._needs_listing:
+                request = types.CallToolRequest(params=types.CallToolRequestParams(name=tool, arguments=arguments))
+                try:
+                    return await client.session.send_request(
+                        request, types.CallToolResult, request_read_timeout_seconds=self.timeout
+                    )
+                except MCPError as exc:
+                    if exc.code != HEADER_MISMATCH:
+                        raise
+                self._needs_listing.add((conn.id, tool))
+            await client.list_tools()
             return await client.call_tool(tool, arguments, read_timeout_seconds=self.timeout)
 
         return await self._isolated(self._with_session(conn, op), f"call {tool} on {conn.id}")

@@ -15,13 +15,14 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import httpx2
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from prometheus_client import CollectorRegistry
+from pydantic import Field
 from starlette.applications import Starlette
 from starlette.requests import Request
 
@@ -66,7 +67,8 @@ class CallLog:
 
 def tool_server(log: CallLog, *, delay: float = 0.2, required_header: tuple[str, str] | None = None) -> Any:
     """A Streamable HTTP app (`/mcp`) with tools: `slow_a`, `slow_b` (each waits `delay`), `echo`,
-    `boom` (fails), `create_issue`, `never` (must never be called) and `weird.tool/v2` (a name the
+    `boom` (fails), `create_issue`, `never` (must never be called), `regional` (its argument must be
+    mirrored in an `Mcp-Param-Region` header on 2026-07-28) and `weird.tool/v2` (a name the
     federation must map). With `required_header`, every tool fails unless the request carries it."""
     server = MCPServer("test-tools")
 
@@ -110,6 +112,11 @@ def tool_server(log: CallLog, *, delay: float = 0.2, required_header: tuple[str,
     async def never(ctx: Context, query: str = "") -> str:
         record("never", {"query": query}, time.monotonic(), ctx)
         return "should not have been called"
+
+    @server.tool()
+    async def regional(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})], ctx: Context) -> str:
+        record("regional", {"region": region}, time.monotonic(), ctx)
+        return f"region={region}"
 
     @server.tool(name="weird.tool/v2")
     async def weird(ctx: Context) -> str:
