@@ -65,10 +65,12 @@ class BridgeApi:
         return caller, bridge
 
     async def list_bridges(self, request: Request) -> Response:
+        """GET /bridges: the caller's bridges."""
         caller = await caller_of(request, self._auth)
         return JSONResponse({"data": [b.public() for b in await self._store.list_bridges(caller.owners)]})
 
     async def create_bridge(self, request: Request) -> Response:
+        """POST /bridges: a new bridge over the caller's connections."""
         caller = await caller_of(request, self._auth)
         data = object_body(await json_body(request), {"id", "owner", "connections"})
         try:
@@ -86,12 +88,14 @@ class BridgeApi:
         return JSONResponse(record.public(), status_code=201)
 
     async def get_bridge(self, request: Request) -> Response:
+        """GET /bridges/{id}: one bridge with its pipeline names."""
         _, bridge = await self._bridge(request)
         data = await self._store.load_graph(bridge.id)
         names = [p.name for p in Graph.model_validate(data).pipelines] if data else []
         return JSONResponse({**bridge.public(), "pipelines": names, "mcpPath": f"/mcp/{bridge.id}"})
 
     async def delete_bridge(self, request: Request) -> Response:
+        """DELETE /bridges/{id}: remove an API-made bridge and its graph."""
         _, bridge = await self._bridge(request)
         if bridge.source == "config":
             raise Conflict(f"bridge {bridge.id} is declared in the config file; remove it there")
@@ -99,11 +103,13 @@ class BridgeApi:
         return Response(status_code=204)
 
     async def get_graph(self, request: Request) -> Response:
+        """GET /bridges/{id}/graph: the graph as saved."""
         _, bridge = await self._bridge(request)
         data = await self._store.load_graph(bridge.id)
         return JSONResponse(data if data is not None else empty_graph().dump())
 
     async def put_graph(self, request: Request) -> Response:
+        """PUT /bridges/{id}/graph: validate (F8) and save (F12)."""
         _, bridge = await self._bridge(request)
         try:
             graph = parse_graph(await json_body(request))
@@ -120,10 +126,12 @@ class BridgeApi:
         return JSONResponse(graph.dump())
 
     async def list_connections(self, request: Request) -> Response:
+        """GET /connections: the caller's connections, without secret references."""
         caller = await caller_of(request, self._auth)
         return JSONResponse({"data": [c.public() for c in await self._store.list_connections(caller.owners)]})
 
     async def create_connection(self, request: Request) -> Response:
+        """POST /connections: a connection without credentials (those are declared in YAML)."""
         caller = await caller_of(request, self._auth)
         data = object_body(await json_body(request), {"id", "owner", "endpoint"})
         try:
@@ -137,6 +145,7 @@ class BridgeApi:
         return JSONResponse(record.public(), status_code=201)
 
     async def delete_connection(self, request: Request) -> Response:
+        """DELETE /connections/{id}: remove an API-made connection."""
         caller = await caller_of(request, self._auth)
         conn = await self._store.get_connection(request.path_params["connection_id"])
         if conn is None or conn.owner not in caller.owners:

@@ -47,6 +47,7 @@ class AuditApi:
         return [Route("/audit", rendered(self.list_audit), methods=["GET"])]
 
     async def list_audit(self, request: Request) -> Response:
+        """GET /audit: the caller's own records, newest first."""
         caller = await caller_of(request, self._auth)
         params = request.query_params
         try:
