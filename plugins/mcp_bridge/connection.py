@@ -54,6 +54,8 @@ class McpConnection:
             self._stop.set()
             self._task.cancel()  # the handshake never finished: nothing to close gracefully
             await asyncio.wait({self._task}, timeout=1.0)
+            if self._ready.done() and not self._ready.cancelled():
+                self._ready.exception()  # retrieved: the timeout is what the caller learns
             raise CallTimeout(f"the MCP session could not be opened within {timeout:g}s") from None
 
     async def _own(self) -> None:
@@ -88,7 +90,11 @@ class McpConnection:
             self._memo[name] = future
             try:
                 future.set_result(await fetch())
-            except BaseException as exc:
+            except asyncio.CancelledError:
+                del self._memo[name]
+                future.cancel()
+                raise
+            except Exception as exc:
                 del self._memo[name]
                 future.set_exception(exc)
                 future.exception()  # retrieved here: waiters, if any, re-raise it themselves
