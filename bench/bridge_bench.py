@@ -235,6 +235,16 @@ async def main(repeat: int, calls: int) -> str:
         "| what | N | median ms | p90 ms | over one tool delay ms |", "|---|---|---|---|---|", *pipe,
         "", "## Audit log cost per call", "",
         "| what | calls | median ms | p90 ms |", "|---|---|---|---|", *audit, "",
+        "## Reading", "",
+        "- One wave, not N: the N tool calls of a wave overlap, so N = 20 costs far less than 20 delays.",
+        "- What remains over one delay is per-node CPU: F10 opens a fresh MCP session per call; with the",
+        "  SDK client that is ~3 ms of CPU in the Bridge per node (one `tools/call` request, the discover",
+        "  result reused) plus the tool server's own per-request CPU (here a Python SDK server sharing the",
+        "  2 cores). The N = 1 row is ≈ the fresh-session baseline: the Bridge adds little beyond the session.",
+        "- Audit: the two audited rows differ by less than the run-to-run noise; the in-process cost of",
+        "  reducing the arguments and queueing the record is the last row. The store write happens in a",
+        "  background task, off the call's path.",
+        "- The machine is shared with other work: rows move by ±30 % between runs.", "",
     ]
     return "\n".join(lines)
 
