@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import mcp_types as types
+from prometheus_client import CollectorRegistry, Counter
 
 from gateway.bridge.audit import AuditWriter
 from gateway.bridge.audit_args import Scrub, is_mutating, reduce_args
@@ -35,8 +36,17 @@ class BridgeHandlers:
     """Lists and calls tools and pipelines for one caller scope at a time."""
 
     def __init__(
-        self, store: BridgeStore, federation: Federation, upstreams: Upstreams, audit: AuditWriter, scrub: Scrub
+        self,
+        store: BridgeStore,
+        federation: Federation,
+        upstreams: Upstreams,
+        audit: AuditWriter,
+        scrub: Scrub,
+        registry: CollectorRegistry,
     ) -> None:
+        self._calls = Counter(
+            "toolgate_bridge_calls", "Bridge tools/call by action and status", ["action", "status"], registry=registry
+        )
         self._store = store
         self._federation = federation
         self._upstreams = upstreams
@@ -80,6 +90,8 @@ class BridgeHandlers:
                 result = await self._call_federated(scope, name, arguments or {})
             return result
         finally:
+            status = "failure" if result.is_error else "success"
+            self._calls.labels(action=action, status=status).inc()
             self._audit.submit(
                 AuditRecord(
                     ts=time.time(),
@@ -90,7 +102,7 @@ class BridgeHandlers:
                     scope=scope.name,
                     mutating=mutating,
                     args=reduce_args(arguments, self._scrub),
-                    status="failure" if result.is_error else "success",
+                    status=status,
                     duration_ms=(time.perf_counter() - started) * 1000,
                 )
             )

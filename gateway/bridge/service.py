@@ -64,7 +64,7 @@ class BridgeService:
         self.upstreams = Upstreams(http, base_dir=base_dir, secrets=secrets, list_ttl=config.toolListTtlSeconds)
         self.audit = AuditWriter(self.store, queue_size=config.auditQueueSize, registry=metrics)
         federation = Federation(self.store, self.upstreams)
-        self.handlers = BridgeHandlers(self.store, federation, self.upstreams, self.audit, secrets.scrub)
+        self.handlers = BridgeHandlers(self.store, federation, self.upstreams, self.audit, secrets.scrub, metrics)
         self._endpoint = McpEndpoint(self.store, authenticate)
         self._api = BridgeApi(self.store, self.upstreams, authenticate)
         self._audit_api = AuditApi(self.store, authenticate)

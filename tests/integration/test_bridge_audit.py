@@ -140,3 +140,4 @@ async def test_a_broken_audit_store_leaves_calls_succeeding_and_counts_the_drops
             await world.flushed()
     assert [r.content[0].text for r in results] == ["0", "1", "2"]
     assert app.registry.get_sample_value("toolgate_audit_dropped_total", {"reason": "store_error"}) == 3
+    assert app.registry.get_sample_value("toolgate_bridge_calls_total", {"action": "mcp.tool_call", "status": "success"}) == 3
