@@ -71,6 +71,13 @@ class DroppingStore(SqliteStore):
         return None
 
 
+class FailingStore(SqliteStore):
+    """Raises on every audit write (a broken store)."""
+
+    async def append_audit(self, records: Sequence[AuditRecord]) -> None:
+        raise OSError("disk on fire")
+
+
 @contextlib.contextmanager
 def tool_process(delay: float) -> Iterator[str]:
     """The tool server in its own process (its CPU off the Bridge's GIL); yields its base URL."""
@@ -189,11 +196,14 @@ async def audit_rows(calls: int) -> list[str]:
     with tool_process(0) as tools_url, tempfile.TemporaryDirectory() as tmp:
         on = bridge_app(config(tools_url, "on.db"), Path(tmp))
         off = bridge_app(config(tools_url, "off.db"), Path(tmp), store=DroppingStore(Path(tmp) / "drop.db"))
-        with serve(on.app) as on_srv, serve(off.app) as off_srv:
-            samples: dict[str, list[float]] = {"audit on (SQLite)": [], "audit store drops all": []}
+        broken = bridge_app(config(tools_url, "broken.db"), Path(tmp), store=FailingStore(Path(tmp) / "fail.db"))
+        with serve(on.app) as on_srv, serve(off.app) as off_srv, serve(broken.app) as broken_srv:
+            samples: dict[str, list[float]] = {
+                "audit on (SQLite)": [], "store that discards every record": [], "audit store raises on every write": []
+            }
             async with contextlib.AsyncExitStack() as stack:
                 clients = {}
-                for label, srv in zip(samples, (on_srv, off_srv), strict=True):
+                for label, srv in zip(samples, (on_srv, off_srv, broken_srv), strict=True):
                     http = mcp_http("alice-key")
                     clients[label] = await stack.enter_async_context(
                         Client(streamable_http_client(f"{srv.url}/mcp", http_client=http))
@@ -205,10 +215,13 @@ async def audit_rows(calls: int) -> list[str]:
                         result = await client.call_tool("tools__echo", {"text": "hello", "query": "q"})
                         samples[label].append(time.perf_counter() - started)
                         assert not result.is_error
-        for (label, values), app in zip(samples.items(), (on, off), strict=True):
+        for (label, values), app in zip(samples.items(), (on, off, broken), strict=True):
             med, p90 = ms(values)
             written = app.registry.get_sample_value("toolgate_audit_written_total") or 0
-            rows.append(f"| tools/call via /mcp, {label} ({written:.0f} records written) | {calls} | {med:.2f} | {p90:.2f} |")
+            dropped = app.registry.get_sample_value("toolgate_audit_dropped_total", {"reason": "store_error"}) or 0
+            rows.append(
+                f"| tools/call via /mcp, {label} ({written:.0f} accepted by the store, {dropped:.0f} dropped) | {calls} | {med:.2f} | {p90:.2f} |"
+            )
     store = DroppingStore(":memory:")
     writer = AuditWriter(store, queue_size=calls * 10, registry=CollectorRegistry())
     args = {"owner": "acme", "repo": "site", "body": "x" * 500, "token": "ghp_" + "a" * 36}
