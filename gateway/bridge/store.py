@@ -153,9 +153,13 @@ class SqliteStore:
 
     async def append_audit(self, records: Sequence[AuditRecord]) -> None:
         """Append records in one transaction."""
-        sql = "INSERT INTO audit (ts, action, actor_id, actor_email, resource, scope, mutating, args, status, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        sql = (
+            "INSERT INTO audit (ts, action, actor_id, actor_email, resource, scope, mutating, args, status,"
+            " duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        )
         rows = [
-            (r.ts, r.action, r.actor_id, r.actor_email, r.resource, r.scope, int(r.mutating), json.dumps(r.args), r.status, r.duration_ms)
+            (r.ts, r.action, r.actor_id, r.actor_email, r.resource, r.scope, int(r.mutating), json.dumps(r.args),
+             r.status, r.duration_ms)
             for r in records
         ]
 
