@@ -79,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _registrars() -> list:  # type: ignore[type-arg]
     """The sub-command groups of the plugins and the Bridge (each module has `register`)."""
-    return []
+    from gateway.bridge.cli import register as register_bridge
+
+    return [register_bridge]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
