@@ -75,10 +75,12 @@ async def _allow(item: InspectItem) -> None:
 
 
 def ctx(key: str | None, request_id: str = "bench") -> PluginContext:
+    """A request context for conversation `key`."""
     return PluginContext(Identity(user_id="bench"), key, request_id, "bench", time.monotonic() + 600, _allow)
 
 
 async def started_bridge(**fields: Any) -> tuple[McpBridgePlugin, httpx2.AsyncClient]:
+    """A started bridge (and the env HTTP client to close after it)."""
     plugin = McpBridgePlugin(McpBridgeConfig.model_validate({"type": "mcp_bridge", "id": "bench", **fields}))
     http = httpx2.AsyncClient()
     await plugin.start(PluginEnv(http=http, metrics=CollectorRegistry(), route="bench"))
@@ -86,6 +88,7 @@ async def started_bridge(**fields: Any) -> tuple[McpBridgePlugin, httpx2.AsyncCl
 
 
 async def timed(call: Callable[[], Awaitable[Any]]) -> float:
+    """Seconds one awaited call takes."""
     start = time.perf_counter()
     await call()
     return time.perf_counter() - start
@@ -187,12 +190,14 @@ def conversation_bench(url: str, turns: int) -> dict[str, Any]:
 
 
 def table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
+    """A markdown table."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def main() -> None:
+    """Run the three measurements and write the results file."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--turns", type=int, default=10)
@@ -258,6 +263,7 @@ def main() -> None:
 
 
 def mcp_version() -> str:
+    """The installed SDK version."""
     from importlib.metadata import version
 
     return version("mcp")

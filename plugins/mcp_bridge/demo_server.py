@@ -83,14 +83,17 @@ def build_server() -> MCPServer:
 
     @server.resource("docs://toolgate/overview", name="overview", mime_type="text/plain")
     def overview() -> str:
+        """What toolgate is."""
         return PAGES["overview"][1]
 
     @server.resource("docs://toolgate/quickstart", name="quickstart", mime_type="text/plain")
     def quickstart() -> str:
+        """How to run the demo."""
         return PAGES["quickstart"][1]
 
     @server.resource("docs://toolgate/logo", name="logo", mime_type="image/png")
     def logo() -> bytes:
+        """A small PNG, to show how binary resources are reported."""
         return b"\x89PNG\r\n\x1a\n" + b"\x00" * 120
 
     return server

@@ -18,6 +18,7 @@ class ContextBlock:
     text: str
 
     def render(self) -> str:
+        """The block as markdown: a `##` title line, then the text."""
         return f"## {self.title}\n{self.text}"
 
 

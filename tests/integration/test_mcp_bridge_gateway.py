@@ -224,3 +224,44 @@ def test_the_auth_secret_reaches_the_server_and_never_logs_responses_metrics_or_
     for text in texts:
         assert CANARY not in text
     assert 'toolgate_mcp_tool_calls_total{server="docs",status="failed"}' in texts[2]
+
+
+# R: B14, G4
+def test_without_a_conversation_id_the_turns_of_one_conversation_share_the_derived_key_session(
+    upstream: ScriptedUpstream, state: McpServerState, mcp_server: ServerThread
+) -> None:
+    config = simple_config(upstream.url, [bridge(mcp_server.url + "/mcp")], auth=KEYS)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "first question"}]
+    with running_gateway(config) as gw:
+        for turn in range(3):
+            upstream.push(Reply(tool_calls=[("count", {})]), Reply(content=f"answer {turn}"))
+            answer = client(gw, ALICE_KEY).chat.completions.create(model="assistant", messages=messages)
+            messages += [{"role": "assistant", "content": answer.choices[0].message.content}, {"role": "user", "content": f"next {turn}"}]
+        upstream.push(Reply(tool_calls=[("count", {})]), Reply(content="other"))
+        ask(gw, text="a different first message")
+    first, second = state.opened
+    assert [tool_message(upstream, i) for i in (1, 3, 5, 7)] == [
+        f"session {first} call 1",
+        f"session {first} call 2",
+        f"session {first} call 3",
+        f"session {second} call 1",
+    ]
+
+
+# R: B1, B5
+def test_a_streamed_answer_runs_the_mcp_tool_calls_and_the_prefetch_before_the_final_turn(
+    upstream: ScriptedUpstream, state: McpServerState, mcp_server: ServerThread
+) -> None:
+    plugin = bridge(mcp_server.url + "/mcp", prefetchTool="echo", prefetchArguments={"q": "{{last_user_message}}"}, prefetchLabel="Context")
+    upstream.push(Reply(tool_calls=[("count", {})]), Reply(content="streamed final words"))
+    with running_gateway(simple_config(upstream.url, [plugin], auth=KEYS)) as gw:
+        chunks = list(
+            client(gw, ALICE_KEY, **{"X-Conversation-Id": "s"}).chat.completions.create(
+                model="assistant", messages=[{"role": "user", "content": "stream please"}], stream=True
+            )
+        )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.strip() == "streamed final words"
+    assert upstream.requests[0]["messages"][0]["content"] == 'stream please\n\n## Context\n{"q": "stream please"}'
+    assert tool_message(upstream, 1) == f"session {state.opened[0]} call 1"
+    assert state.calls == {"echo": 1, "count": 1}

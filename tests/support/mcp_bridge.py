@@ -72,4 +72,5 @@ def metric(registry: CollectorRegistry, name: str, **labels: str) -> float:
 
 
 def metrics_text(registry: CollectorRegistry) -> str:
+    """The registry in Prometheus text format."""
     return generate_latest(registry).decode()

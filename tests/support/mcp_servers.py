@@ -65,6 +65,7 @@ class McpServerState:
     cond: threading.Condition = field(default_factory=threading.Condition)
 
     def note(self, update: Callable[[], None]) -> None:
+        """Apply `update` under the lock and wake every waiter."""
         with self.cond:
             update()
             self.cond.notify_all()
@@ -80,6 +81,7 @@ class McpServerState:
 
     @property
     def live_sessions(self) -> list[str]:
+        """Sessions opened and neither deleted by a client nor killed."""
         with self.cond:
             return [s for s in self.opened if s not in self.deleted and s not in self.killed]
 
