@@ -77,7 +77,8 @@ class SessionPool:
             connection = table.get(slot)
             if connection is not None and not connection.closed:
                 return connection
-            if connection is not None:
+            if connection is not None:  # ended by the server or its transport since the last call (B16)
+                self._metrics.replaced.inc()
                 await self._discard(connection)
             connection = await self._open(slot)
             table[slot] = connection

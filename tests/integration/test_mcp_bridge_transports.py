@@ -54,3 +54,17 @@ def test_a_bare_python_command_runs_under_this_interpreter() -> None:
     assert stdio_parameters(["python3", "-m", "x"]).command == sys.executable
     assert stdio_parameters(["python", "-m", "x"]).args == ["-m", "x"]
     assert stdio_parameters(["/usr/bin/env", "node"]).command == "/usr/bin/env"
+
+
+# R: B16
+async def test_a_stdio_server_that_dies_is_replaced_by_a_new_process_and_the_call_succeeds() -> None:
+    import os
+    import signal
+
+    async with running_bridge(command=STDIO, timeoutSeconds=20) as (bridge, registry):
+        first = int((await bridge.call_tool(context("conv-a"), "pid", {})).text)
+        os.kill(first, signal.SIGKILL)
+        again = await bridge.call_tool(context("conv-a", "r2"), "pid", {})
+        assert metric(registry, "toolgate_mcp_sessions_replaced_total", server="docs") == 1
+    assert again.is_error is False
+    assert int(again.text) != first

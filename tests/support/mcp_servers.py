@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import base64
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -41,6 +42,7 @@ TOOLS = [
     types.Tool(name="slow", description="Waits `delay` seconds.", input_schema={"type": "object"}),
     types.Tool(name="image", description="Returns a PNG image.", input_schema={"type": "object"}),
     types.Tool(name="secret_tool", description="Outside most filters.", input_schema={"type": "object"}),
+    types.Tool(name="pid", description="The server's process id.", input_schema={"type": "object"}),
 ]
 
 
@@ -120,6 +122,8 @@ def build_server(state: McpServerState, *, resources: bool = True, name: str = "
         elif params.name == "fail":
             state.note(lambda: state.spans.append((params.name, start, time.monotonic())))
             return types.CallToolResult(content=[types.TextContent(type="text", text="boom")], is_error=True)
+        elif params.name == "pid":
+            text = str(os.getpid())
         elif params.name == "slow":
             await asyncio.sleep(float(arguments.get("delay", 0.2)))
             text = "slow done"
