@@ -148,7 +148,8 @@ async def test_content_blocked_by_an_inspector_refuses_the_request_without_echoi
 async def test_prefetch_and_resource_reads_run_concurrently(state: McpServerState, server: ServerThread) -> None:
     state.delay = 0.2
     async with running_bridge(endpoint=server.url + "/mcp", prefetchTool="echo", resources="docs://index\nguide\nnotes") as (bridge, _):
-        await bridge.tools(context())  # the session and the resource list exist already, as on a later turn
+        await bridge.before_model(context(), ask("first turn"))  # a later turn: session and listings exist
+        state.note(state.spans.clear)
         await bridge.before_model(context(), ask("q"))
     spans = [span for span in state.spans if span[0] in ("echo", "docs://index", "docs://guide", "docs://notes")]
     assert len(spans) == 4
