@@ -197,3 +197,14 @@ async def test_tool_results_report_binary_content_by_mime_type_and_tool_errors_a
         assert metric(registry, "toolgate_mcp_tool_calls_total", server="docs", status="error") == 1
     assert (image.text, image.is_error) == ("a logo\n[binary content: image/png, 64 bytes]", False)
     assert (failed.text, failed.is_error) == ("the tool failed: boom", True)
+
+
+# R: B14
+async def test_a_session_with_a_call_in_flight_is_not_closed_before_its_idle_lifetime_after_the_call(
+    state: McpServerState, sessionful: ServerThread
+) -> None:
+    async with running_bridge(endpoint=sessionful.url + "/mcp", sessionIdleSeconds=0.2) as (bridge, _):
+        slow = await bridge.call_tool(context("conv-a"), "slow", {"delay": 0.6})
+        assert state.deleted == []
+        assert await wait(state, lambda: state.deleted == state.opened)
+    assert slow.text == "slow done"
