@@ -53,8 +53,11 @@ NOTES = """## Reading the numbers
   Calls are timed in blocks of 20 in alternating order, so drift and connection effects hit both.
 - A new session per call pays the handshake (plus the GET stream and DELETE on a session-ful
   server) every time, and loses whatever state the server keeps in the session.
-- Prefetch + 3 resources: a request pays the slowest call plus a little, not the sum; the rest is
-  the test server handling four requests of one session in one process.
+- Prefetch + 3 resources: a request pays the slowest call plus a little, not the sum. The rest is
+  CPU: the Python test server spends ~4 ms on each request and handles the four one after another
+  (with no delay, the four concurrent calls take about as long as four sequential ones).
+- Conversation: the gateway, the scripted model and the openai client share this process (threads,
+  one GIL), the MCP server has its own; absolute per-turn times are inflated alike in every row.
 - Conversation: `no tools` is the cost of one model call through the gateway and the scripted
   model; a pooled tool turn is two such calls plus two concurrent MCP calls on the open session.
 - Run on a shared machine: see the load average above; rerun when it is low for steadier p95s.
