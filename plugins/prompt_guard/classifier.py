@@ -43,10 +43,16 @@ def gram_name(key: Gram) -> str:
 class LinearModel:
     """Windowed linear n-gram classifier; `score(tokens)` returns a probability in [0, 1]."""
 
-    def __init__(self, weights: dict[str, float], bias: float, window: int, meta: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, weights: dict[str, float], bias: float, window: int, meta: dict[str, Any] | None = None,
+        floor: float = 0.0,
+    ) -> None:
         if window < 2:
             raise ModelError("window must be at least 2 tokens")
+        if not 0 <= floor < 1:
+            raise ModelError("floor must be in [0, 1)")
         self.weights = weights
+        self.floor = floor
         self._table: dict[Gram, float] = {gram_key(k): v for k, v in weights.items()}
         self.bias = bias
         self.window = window
@@ -62,9 +68,10 @@ class LinearModel:
             raise ModelError(f"{source}: 'weights' must map n-grams to numbers")
         try:
             bias, window = float(data["bias"]), int(data["window"])
+            floor = float(data.get("floor", 0.0))
         except (KeyError, TypeError, ValueError):
             raise ModelError(f"{source}: 'bias' and 'window' are required numbers") from None
-        return cls({str(k): float(v) for k, v in weights.items()}, bias, window, data.get("meta"))
+        return cls({str(k): float(v) for k, v in weights.items()}, bias, window, data.get("meta"), floor)
 
     @classmethod
     def load(cls, path: str | Path) -> "LinearModel":
@@ -82,8 +89,8 @@ class LinearModel:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document `from_json` reads."""
-        return {"format": FORMAT, "bias": self.bias, "window": self.window, "meta": self.meta,
-                "weights": self.weights}
+        return {"format": FORMAT, "bias": self.bias, "window": self.window, "floor": self.floor,
+                "meta": self.meta, "weights": self.weights}
 
     def contributions(self, tokens: Sequence[bytes]) -> list[float]:
         """Per-position weight: the token's unigram plus the bigram it starts."""
@@ -106,6 +113,15 @@ class LinearModel:
         """Probability that the tokens contain an injection."""
         z = self.logit(tokens)
         return 1.0 / (1.0 + math.exp(-z)) if z > -60 else 0.0
+
+    def evidence(self, tokens: Sequence[bytes]) -> float:
+        """The probability rescaled so that `floor` and below count as no evidence at all.
+
+        The floor is chosen on validation data when the model is trained: below it the
+        classifier's opinion is mostly noise on benign documents, and leaving it out keeps the
+        noisy-OR with the rules from adding that noise up."""
+        p = self.score(tokens)
+        return max(0.0, (p - self.floor) / (1.0 - self.floor))
 
     def top_features(self, tokens: Sequence[bytes], k: int = 5) -> list[str]:
         """The n-grams that pushed the score up most (for explanations)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from itertools import compress
 from collections.abc import Collection
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
@@ -84,21 +85,25 @@ def hidden_unicode(raw: str) -> tuple[list[Evidence], str]:
     return found, payload
 
 
+_TEXT_BYTES = bytes(range(0x20, 0x7F)) + b"\t\n\r" + bytes(range(0x80, 0x100))
+
+
 def _printable(data: bytes) -> str | None:
     """Decoded bytes as text when they look like natural language, else None."""
+    if len(data) < 12 or b" " not in data or len(data.translate(None, _TEXT_BYTES)) > len(data) // 20:
+        return None
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    if len(text) < 12 or " " not in text:
-        return None
-    good = sum(c.isprintable() or c in "\n\r\t" for c in text)
-    return text if good >= 0.95 * len(text) else None
 
 
 def _long_words(raw: str) -> str:
     """The whitespace-separated words of at least 24 characters (where blobs can hide)."""
-    return " ".join(w for w in raw.split() if len(w) >= 24)
+    words = raw.split()
+    if not words or max(map(len, words)) < 24:
+        return ""
+    return " ".join(compress(words, map((23).__lt__, map(len, words))))
 
 
 def decoded_blobs(raw: str) -> list[str]:

@@ -7,9 +7,10 @@ A pattern is a sequence of *slots* over the normalised word tokens, never a rege
 - a trailing `?` makes a slot optional (`all?`);
 - `*` allows up to 3 arbitrary words before the next slot, `~N` up to N (N ≤ 8).
 
-`literals` are plain substrings of the normalised text (`[system]`). Matching visits each
-token once to find candidate starts (the first slot must be plain words), then checks each
-candidate with a bounded number of steps, so the cost is linear in the text with no way to
+`literals` are plain substrings of the normalised text (`[system]`). Matching first
+intersects the text's words with the pack's (one pass), looks patterns up by their least
+common required word, keeps those whose required words all occur, finds the positions of their first words in one pass (the first slot must
+be plain words), and checks each position with a bounded number of steps, so the cost is linear in the text with no way to
 backtrack catastrophically (P5).
 """
 
@@ -26,6 +27,15 @@ from plugins.prompt_guard.normalize import normalize
 
 MAX_SLOTS = 12
 MAX_GAP = 8
+COMMON = frozenset(
+    b"a an the i me my we us our you your yours he she it its they them this that these those is are was "
+    b"were be been am do does did dont don t not no yes if then else when what whats which who how why "
+    b"to of in on at by for from with as and or but so all any some every each only just now new more "
+    b"can could will would should must may might have has had get got make made use run call show print "
+    b"send give tell say write output return see let go take put add keep find start stop end before after "
+    b"instead first next last other here there up out about into over".split()
+)
+"""Everyday words; a pattern is looked up by its least common required slot, not by these."""
 
 
 class RulePackError(ValueError):
@@ -98,11 +108,6 @@ def _match_rest(slots: Sequence[Slot], k: int, tokens: Sequence[bytes], pos: int
     return slot.optional and _match_rest(slots, k + 1, tokens, pos)
 
 
-def _possible(pattern: Sequence[Slot], present: frozenset[bytes] | set[bytes]) -> bool:
-    """Cheap pre-check: every required plain-word slot has one of its words in the text."""
-    return all(s.optional or s.prefixes or not s.words.isdisjoint(present) for s in pattern)
-
-
 class RulePack:
     """A loaded, compiled rule pack; `match` returns the rules that fire on a text."""
 
@@ -112,11 +117,16 @@ class RulePack:
         if unknown:
             raise RulePackError(f"disabled_rules names unknown rule ids: {', '.join(unknown)}")
         self.rules = [r for r in self.all_rules.values() if r.id not in set(disabled)]
-        self._first: dict[bytes, list[tuple[Rule, tuple[Slot, ...]]]] = {}
+        # gate word -> patterns whose least common required slot holds it
+        self._gates: dict[bytes, list[int]] = {}
+        self._patterns: list[tuple[Rule, tuple[Slot, ...], tuple[frozenset[bytes], ...]]] = []
         for rule in self.rules:
             for pattern in rule.patterns:
-                for word in pattern[0].words:
-                    self._first.setdefault(word, []).append((rule, pattern))
+                required = tuple(s.words for s in pattern if not s.optional and not s.prefixes)
+                gate = min(required, key=lambda ws: (len(ws & COMMON), len(ws)))
+                for word in gate:
+                    self._gates.setdefault(word, []).append(len(self._patterns))
+                self._patterns.append((rule, pattern, required))
         self._words = frozenset(w for rule in self.rules for p in rule.patterns for s in p for w in s.words)
         self._literals = [(lit, r) for r in self.rules for lit in r.literals]
 
@@ -130,14 +140,16 @@ class RulePack:
         each once, in pack order."""
         fired: dict[str, Rule] = {}
         present = self._words.intersection(tokens)
-        candidates = {
-            word: [(rule, p) for rule, p in self._first[word] if _possible(p, present)]
-            for word in self._first.keys() & present
-        }
-        candidates = {word: found for word, found in candidates.items() if found}
-        if candidates:
-            for i, token in enumerate(tokens):
-                for rule, pattern in candidates.get(token, ()):
+        live: dict[bytes, list[tuple[Rule, tuple[Slot, ...]]]] = {}
+        for index in sorted({i for word in self._gates.keys() & present for i in self._gates[word]}):
+            rule, pattern, required = self._patterns[index]
+            # Only patterns whose every required word occurs somewhere can match at all.
+            if rule.id not in fired and all(not ws.isdisjoint(present) for ws in required):
+                for word in pattern[0].words & present:
+                    live.setdefault(word, []).append((rule, pattern))
+        if live:
+            for i in [i for i, token in enumerate(tokens) if token in live]:
+                for rule, pattern in live[tokens[i]]:
                     if rule.id not in fired and _match_rest(pattern, 1, tokens, i + 1):
                         fired[rule.id] = rule
         for lit, rule in self._literals:

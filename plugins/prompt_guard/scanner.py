@@ -146,5 +146,5 @@ class Guard:
             found += heuristics.chat_markers(hits)
             found += heuristics.exfil_links(norm)
         if self.settings.classifier and self.model is not None and CLASSIFIER_ID not in self.disabled:
-            found.append(Evidence(CLASSIFIER_ID, self.model.score(tokens)))
+            found.append(Evidence(CLASSIFIER_ID, self.model.evidence(tokens)))
         return [e for e in found if e.id not in self.disabled]

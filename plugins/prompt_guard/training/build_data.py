@@ -17,11 +17,14 @@ licences and counts. Training and held-out data come from disjoint sources:
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import glob
 import html.parser
+import gzip
 import json
 import random
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,7 @@ AIB = "agent_injection_bench-0.1.0-py3-none-any/aib/data/attacks.jsonl"
 PY313 = "/root/.pyenv/versions/3.13.0/lib/python3.13"
 RUST = "/root/.rustup/toolchains/stable-x86_64-unknown-linux-gnu/share/doc/rust/html"
 VENV = "/work/venv/lib/python3.11/site-packages"
+GCLOUD = "/usr/lib/google-cloud-sdk/lib"
 
 TRAIN_WRAPPERS = ["{inj}", "<!-- {inj} -->", "Note to AI: {inj}", "IMPORTANT: {inj}", '"comment": "{inj}"',
                   "# {inj}", "> {inj}", "\n\n{inj}\n\n"]
@@ -67,6 +71,22 @@ def html_text(path: str) -> str:
     return "\n".join(parser.parts)
 
 
+def roff_text(source: str) -> str:
+    """Man-page prose: roff requests dropped, font escapes removed."""
+    lines = [ln for ln in source.splitlines() if not ln.startswith((".", "'\\\""))]
+    return re.sub(r"\\f[BIRP]|\\-|\\\(..|\\&", "", "\n".join(lines))
+
+
+def docstrings(source: str) -> str:
+    """The docstrings of a Python module (prose written for developers)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ""
+    nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)))]
+    return "\n\n".join(d for d in (ast.get_docstring(n) for n in nodes) if d)
+
+
 def read(path: str) -> str:
     return Path(path).read_text(encoding="utf-8", errors="replace")
 
@@ -92,8 +112,27 @@ def documents(split: str, rng: random.Random) -> list[tuple[str, str, str]]:
     """(source, kind, text) benign documents of one split."""
     docs: list[tuple[str, str, str]] = []
     if split == "train":
-        for p in sorted(glob.glob(f"{VENV}/**/*.py", recursive=True))[::7][:1500]:
+        for p in sorted(glob.glob(f"{VENV}/**/*.py", recursive=True))[::3][:2500]:
             docs.append(("site-packages-code", "code", read(p)))
+        for p in sorted(glob.glob(f"{VENV}/**/*.md", recursive=True) + glob.glob(f"{VENV}/**/*.rst", recursive=True)):
+            docs.append(("site-packages-docs", "file", read(p)))
+        for p in sorted(glob.glob(f"{GCLOUD}/**/*.py", recursive=True))[::20][:900]:
+            docs.append(("google-cloud-sdk-code", "code", read(p)))
+        for p in sorted(glob.glob("/usr/share/doc/**/README*", recursive=True))[:300]:
+            if not p.endswith(".gz"):
+                docs.append(("debian-readme", "file", read(p)))
+        for p in sorted(glob.glob("/usr/lib/node_modules/npm/**/*.js", recursive=True))[::2][:400]:
+            docs.append(("npm-code", "code", read(p)))
+        # Prose, so that "English text" alone is no signal.
+        for p in sorted(glob.glob("/usr/share/info/*.info*.gz")):
+            text = gzip.open(p, "rt", encoding="utf-8", errors="replace").read()
+            docs += [("gnu-info-manuals", "file", text[i : i + 20000]) for i in range(0, len(text), 20000)][:40]
+        for p in sorted(glob.glob("/usr/share/man/man1/*.gz"))[::25][:700]:
+            docs.append(("man-pages", "file", roff_text(gzip.open(p, "rt", encoding="utf-8", errors="replace").read())))
+        for p in sorted(glob.glob(f"{GCLOUD}/googlecloudsdk/**/*.yaml", recursive=True))[::3][:400]:
+            docs.append(("google-cloud-sdk-yaml", "file", read(p)))
+        for p in sorted(glob.glob(f"{VENV}/**/*.py", recursive=True))[1::3][:1500]:
+            docs.append(("site-packages-docstrings", "file", docstrings(read(p))))
         for p in sorted(glob.glob(f"{VENV}/*.dist-info/METADATA")):
             docs.append(("site-packages-readme", "file", read(p).split("\n\n", 1)[-1]))
         for p in sorted(glob.glob("/usr/lib/node_modules/npm/**/*.md", recursive=True))[:400]:
@@ -150,8 +189,8 @@ def build(split: str, wheels: Path, seed: int) -> list[dict[str, Any]]:
             seg, span = insert(seg, rng.choice(inj), wrappers, rng)
             rows.append({"text": seg, "label": "injection", "source": source, "kind": kind, "span": span})
         else:
-            if rng.random() < 0.5:  # same wrappers around a benign sentence: wrappers are no signal
-                seg, _ = insert(seg, rng.choice(decoys), wrappers, rng)
+            if rng.random() < 0.5:  # neutral wrappers around a benign sentence are no signal
+                seg, _ = insert(seg, rng.choice(decoys), [w for w in wrappers if w.lower() == w], rng)
             rows.append({"text": seg, "label": "benign", "source": source, "kind": kind})
     src = "s-labs+yanismiraoui" if split == "train" else "neuralchemy"
     for text, y in prompts:

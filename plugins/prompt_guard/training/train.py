@@ -29,6 +29,7 @@ from plugins.prompt_guard.normalize import normalize, tokenize
 
 MIN_COUNT = 2
 PRUNE = 0.05
+HARD_ROUNDS = 2
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class Settings:
     l2: float = 10.0
     doc_weight: float = 3.0
     """Windows of tool-output-like documents count this much more than chat prompts."""
+    floor: float = 0.7
+    """Probability below which the classifier gives no evidence (chosen on the validation split)."""
 
     @property
     def stride(self) -> int:
@@ -121,17 +124,18 @@ def train(rows: list[dict[str, Any]], cfg: Settings) -> LinearModel:
     pos = y.sum()
     weight = np.where(y == 1, (len(y) - pos) / pos, 1.0) * np.where(np.array(doc), cfg.doc_weight, 1.0)
     w, b = fit(x, y, weight, cfg.l2)
-    # Hard negatives: benign windows the first model scores highest get more weight.
-    z = x @ w + b
-    hard = (y == 0) & (z > np.quantile(z[y == 0], 0.99))
-    weight = np.where(hard, 4.0 * weight, weight)
-    w, b = fit(x, y, weight, cfg.l2)
+    for _ in range(HARD_ROUNDS):
+        # Hard negatives: benign windows the current model scores highest get more weight.
+        z = x @ w + b
+        hard = (y == 0) & (z > np.quantile(z[y == 0], 0.98))
+        weight = np.where(hard, 3.0 * weight, weight)
+        w, b = fit(x, y, weight, cfg.l2)
     names = sorted(vocab, key=vocab.__getitem__)
     kept = {g: round(float(v), 4) for g, v in zip(names, w) if abs(v) >= PRUNE}
     print(f"kept {len(kept)} weights, bias {b:.3f}")
-    return LinearModel(kept, round(b, 4), cfg.window, {"trained_on": "see plugins/prompt_guard/DATA.md",
-                                                   "windows": len(samples), "features": "word 1-2 grams",
-                                                     "l2": cfg.l2, "doc_weight": cfg.doc_weight})
+    meta = {"trained_on": "see plugins/prompt_guard/DATA.md", "windows": len(samples),
+            "features": "word 1-2 grams", "l2": cfg.l2, "doc_weight": cfg.doc_weight}
+    return LinearModel(kept, round(b, 4), cfg.window, meta, floor=cfg.floor)
 
 
 def main() -> None:
@@ -142,8 +146,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=Settings.window)
     parser.add_argument("--l2", type=float, default=Settings.l2)
     parser.add_argument("--doc-weight", type=float, default=Settings.doc_weight)
+    parser.add_argument("--floor", type=float, default=Settings.floor)
     args = parser.parse_args()
-    cfg = Settings(args.window, args.l2, args.doc_weight)
+    cfg = Settings(args.window, args.l2, args.doc_weight, args.floor)
     rows = [json.loads(line) for line in args.data.read_text(encoding="utf-8").splitlines()]
     random.Random(5).shuffle(rows)
     cut = len(rows) // 10

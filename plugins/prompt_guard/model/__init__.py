@@ -1,0 +1,1 @@
+"""The shipped classifier weights (`classifier.json`, format toolgate-guard-linear/1)."""
