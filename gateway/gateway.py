@@ -62,7 +62,8 @@ class Gateway:
     async def start(self) -> None:
         await self.auth.load_jwks(self.http)
         for name, route in self.routes.items():
-            await route.chain.start(PluginEnv(http=self.http, metrics=self.metrics.registry, route=name))
+            env = PluginEnv(http=self.http, metrics=self.metrics.registry, route=name, base_dir=self.config.base_dir, secrets=self.secrets)
+            await route.chain.start(env)
 
     async def stop(self) -> None:
         for route in self.routes.values():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import httpx2
@@ -24,6 +25,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.errors import GuardBlocked  # noqa: F401  (re-exported for plugins)
 from gateway.identity import Identity
+from gateway.secrets import SecretSet
 
 ChatRequest = dict[str, Any]
 """An OpenAI chat-completion request body (JSON edge); `messages` is always a list."""
@@ -90,6 +92,10 @@ class PluginEnv:
     http: httpx2.AsyncClient
     metrics: CollectorRegistry
     route: str
+    base_dir: Path | None = None
+    """Folder of the config file: relative `file:` secret references are read from here."""
+    secrets: SecretSet | None = None
+    """Resolve secrets into this set (`resolve_secret(ref, base_dir, secrets)`) so logs scrub them."""
 
 
 class Plugin:

@@ -54,10 +54,10 @@ class McpBridgePlugin(Plugin):
 
     async def start(self, env: PluginEnv) -> None:
         """Resolve the secret, open the shared HTTP client, start the pool and its metrics."""
-        base_dir: Path | None = getattr(env, "base_dir", None)
+        base_dir = env.base_dir
         self._cwd = base_dir
         if self.config.authSecret is not None:
-            self._secret = resolve_secret(self.config.authSecret, base_dir, getattr(env, "secrets", None))
+            self._secret = resolve_secret(self.config.authSecret, base_dir, env.secrets)
         headers = {self.config.authHeaderName: self._secret} if self.config.authHeaderName and self._secret else {}
         self._http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))
         self._metrics = BridgeMetrics(env.metrics, self.id)
