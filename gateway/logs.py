@@ -12,7 +12,7 @@ from gateway.secrets import SecretSet
 
 request_id_var: ContextVar[str | None] = ContextVar("toolgate_request_id", default=None)
 
-_STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+_STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "color_message"}
 
 
 class JsonFormatter(logging.Formatter):

@@ -21,7 +21,7 @@ PAGES: dict[str, tuple[str, str]] = {
     ),
     "quickstart": (
         "Quick start",
-        "Run `toolgate serve config/demo.yaml`, then point any OpenAI client at "
+        "Run `toolgate serve --config config/demo.yaml`, then point any OpenAI client at "
         "http://127.0.0.1:8080/v1 with model `demo`. The demo's `inspect` model answers with exactly "
         "what a real model would have received, so you can see the injected context.",
     ),
