@@ -38,6 +38,6 @@ def test_the_demo_shows_prefetch_and_resources_to_the_inspect_model_with_no_api_
     text = answer.choices[0].message.content or ""
     assert "## Relevant documentation\n[sessions] Sessions and conversations" in text
     assert "## Resource docs://toolgate/overview\ntoolgate is an OpenAI-compatible LLM gateway." in text
-    assert "## Resource quickstart\nRun `toolgate serve config/demo.yaml`" in text
+    assert "## Resource quickstart\nRun `toolgate serve --config config/demo.yaml`" in text
     assert "## Resource logo\n[binary content: image/png, 128 bytes]" in text
     assert "- search_docs: Search the toolgate documentation" in text
