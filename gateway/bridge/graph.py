@@ -12,7 +12,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 TOOL_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,63}$")
-"""The tool-name pattern of the seeds: tool nodes' tools and pipeline names must match it."""
+"""The tool-name pattern of the seeds: tool nodes' tools and pipeline names must match it.
+Use `is_tool_name` (or `fullmatch`): with `match`, `$` also accepts a trailing newline."""
+
+
+def is_tool_name(name: str | None) -> bool:
+    """True when the whole of `name` matches the tool-name pattern (no trailing newline)."""
+    return name is not None and TOOL_NAME.fullmatch(name) is not None
 
 NodeKind = Literal["input", "tool", "merge", "output", "transform"]
 

@@ -14,7 +14,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-from gateway.bridge.graph import TOOL_NAME
+from gateway.bridge.graph import is_tool_name
 
 SEPARATOR = "__"
 MAX_NAME = 64
@@ -25,7 +25,7 @@ _HASH_LEN = 8
 def federated_name(connection_id: str, upstream: str) -> str:
     """The name a connection's tool is listed under in the federation."""
     joined = f"{connection_id}{SEPARATOR}{upstream}"
-    if TOOL_NAME.match(joined) and upstream and _INVALID.search(upstream) is None:
+    if is_tool_name(joined) and upstream and _INVALID.search(upstream) is None:
         return joined
     digest = hashlib.sha256(upstream.encode("utf-8")).hexdigest()[:_HASH_LEN]
     room = MAX_NAME - len(connection_id) - len(SEPARATOR) - 1 - _HASH_LEN

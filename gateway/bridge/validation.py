@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gateway.bridge.graph import TOOL_NAME, Graph
+from gateway.bridge.graph import TOOL_NAME, Graph, is_tool_name
 
 
 @dataclass(frozen=True)
@@ -62,26 +62,29 @@ def graph_problems(graph: Graph) -> list[GraphProblem]:
         if dup:
             problems.append(GraphProblem(f"duplicate {what}", dup, f"duplicate {what}s: {', '.join(dup)}"))
     nodes = graph.node_map()
-    missing = [f"edge {e.id} -> {ref.node}" for e in graph.edges for ref in (e.source, e.target) if ref.node not in nodes]
+    missing = [("edge", e.id, ref.node) for e in graph.edges for ref in (e.source, e.target) if ref.node not in nodes]
     missing += [
-        f"pipeline {p.id} -> {ref}" for p in graph.pipelines for ref in (p.inputNode, p.outputNode) if ref not in nodes
+        ("pipeline", p.id, ref) for p in graph.pipelines for ref in (p.inputNode, p.outputNode) if ref not in nodes
     ]
     if missing:
-        ids = tuple(m.split(" -> ")[0].split(" ")[1] for m in missing)
-        problems.append(GraphProblem("missing node", ids, f"reference to a missing node: {'; '.join(missing)}"))
-    bad_tools = tuple(n.id for n in graph.nodes if n.kind == "tool" and not TOOL_NAME.match(n.tool or ""))
+        ids = tuple(dict.fromkeys(owner for _, owner, _ in missing))
+        text = "; ".join(f"{kind} {owner} -> {ref}" for kind, owner, ref in missing)
+        problems.append(GraphProblem("missing node", ids, f"reference to a missing node: {text}"))
+    bad_tools = tuple(n.id for n in graph.nodes if n.kind == "tool" and not is_tool_name(n.tool))
     if bad_tools:
         names = ", ".join(f"{i} ({nodes[i].tool!r})" for i in bad_tools)
         problems.append(GraphProblem("bad tool name", bad_tools, f"tool name must match {TOOL_NAME.pattern}: {names}"))
     bad_ports = _bad_ports(graph)
     if bad_ports:
-        ids = tuple(b.split(":")[0].removeprefix("edge ") for b in bad_ports)
-        problems.append(GraphProblem("bad port", ids, f"edge joins ports that do not exist: {'; '.join(bad_ports)}"))
+        ids = tuple(dict.fromkeys(edge_id for edge_id, _ in bad_ports))
+        text = "; ".join(f"edge {edge_id}: {why}" for edge_id, why in bad_ports)
+        problems.append(GraphProblem("bad port", ids, f"edge joins ports that do not exist: {text}"))
     boundary = _bad_boundaries(graph)
     if boundary:
-        ids = tuple(b.split(":")[0].removeprefix("pipeline ") for b in boundary)
-        problems.append(GraphProblem("bad pipeline boundary", ids, f"bad pipeline boundary: {'; '.join(boundary)}"))
-    bad_names = tuple(p.id for p in graph.pipelines if not TOOL_NAME.match(p.name) or "__" in p.name)
+        ids = tuple(dict.fromkeys(pipeline_id for pipeline_id, _ in boundary))
+        text = "; ".join(f"pipeline {pipeline_id}: {why}" for pipeline_id, why in boundary)
+        problems.append(GraphProblem("bad pipeline boundary", ids, f"bad pipeline boundary: {text}"))
+    bad_names = tuple(p.id for p in graph.pipelines if not is_tool_name(p.name) or "__" in p.name)
     if bad_names:
         problems.append(
             GraphProblem(
@@ -114,31 +117,33 @@ def _duplicates(ids: list[str]) -> tuple[str, ...]:
     return tuple(sorted(i for i, n in Counter(ids).items() if n > 1))
 
 
-def _bad_ports(graph: Graph) -> list[str]:
+def _bad_ports(graph: Graph) -> list[tuple[str, str]]:
+    """(edge id, why) for every edge end on a port its node does not have."""
     nodes = graph.node_map()
-    bad: list[str] = []
+    bad: list[tuple[str, str]] = []
     for edge in graph.edges:
         src, dst = nodes.get(edge.source.node), nodes.get(edge.target.node)
         if src is not None:
             if src.kind == "output":
-                bad.append(f"edge {edge.id}: output node {src.id} has no output ports")
+                bad.append((edge.id, f"output node {src.id} has no output ports"))
             elif src.kind in ("input", "tool") and src.outputs and edge.source.port not in src.outputs:
-                bad.append(f"edge {edge.id}: node {src.id} has no output port {edge.source.port!r}")
+                bad.append((edge.id, f"node {src.id} has no output port {edge.source.port!r}"))
         if dst is not None:
             if dst.kind == "input":
-                bad.append(f"edge {edge.id}: input node {dst.id} has no input ports")
+                bad.append((edge.id, f"input node {dst.id} has no input ports"))
             elif dst.kind != "transform" and dst.inputs and edge.target.port not in dst.inputs:
-                bad.append(f"edge {edge.id}: node {dst.id} has no input port {edge.target.port!r}")
+                bad.append((edge.id, f"node {dst.id} has no input port {edge.target.port!r}"))
     return bad
 
 
-def _bad_boundaries(graph: Graph) -> list[str]:
+def _bad_boundaries(graph: Graph) -> list[tuple[str, str]]:
+    """(pipeline id, why) for every pipeline end that is not a node of the right kind."""
     nodes = graph.node_map()
-    bad: list[str] = []
+    bad: list[tuple[str, str]] = []
     for p in graph.pipelines:
         start, end = nodes.get(p.inputNode), nodes.get(p.outputNode)
         if start is not None and start.kind != "input":
-            bad.append(f"pipeline {p.id}: inputNode {start.id} is a {start.kind} node, not an input node")
+            bad.append((p.id, f"inputNode {start.id} is a {start.kind} node, not an input node"))
         if end is not None and end.kind != "output":
-            bad.append(f"pipeline {p.id}: outputNode {end.id} is a {end.kind} node, not an output node")
+            bad.append((p.id, f"outputNode {end.id} is a {end.kind} node, not an output node"))
     return bad

@@ -117,3 +117,27 @@ def test_a_transform_node_is_accepted_in_a_saved_graph() -> None:
     data = seed()
     data["nodes"].append({"id": "x1", "kind": "transform"})
     assert [n.kind for n in parse_graph(data).nodes][-1] == "transform"
+
+
+def test_a_tool_or_pipeline_name_with_a_trailing_newline_is_rejected() -> None:
+    # R: F8
+    data = seed()
+    data["nodes"][1]["tool"] = "search_repositories\n"
+    data["pipelines"][0]["name"] = "find\n"
+    assert [(p[0], p[1]) for p in problems(data)] == [("bad tool name", ("t1",)), ("bad pipeline name", ("p1",))]
+
+
+def test_problems_name_ids_that_hold_spaces_and_colons_whole() -> None:
+    # R: F8
+    data = seed()
+    data["edges"][0]["id"] = "edge one: a"
+    data["edges"][0]["from"]["node"] = "nowhere"
+    data["edges"][1]["id"] = "e:2"
+    data["edges"][1]["to"]["port"] = "nope"
+    data["pipelines"][0]["id"] = "p: 1"
+    data["pipelines"][0]["inputNode"] = "t1"
+    assert [(p[0], p[1]) for p in problems(data)] == [
+        ("missing node", ("edge one: a",)),
+        ("bad port", ("e:2",)),
+        ("bad pipeline boundary", ("p: 1",)),
+    ]
