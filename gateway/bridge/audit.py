@@ -27,6 +27,7 @@ class AuditWriter:
         self._store = store
         self._queue: asyncio.Queue[AuditRecord] = asyncio.Queue(maxsize=queue_size)
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
         self.dropped = Counter(
             "toolgate_audit_dropped", "Audit records dropped (queue full or store failing)", ["reason"], registry=registry
         )
@@ -35,11 +36,14 @@ class AuditWriter:
     def start(self) -> None:
         """Start draining the queue in a background task."""
         if self._task is None:
+            self._stopped = False
             self._task = asyncio.create_task(self._drain(), name="toolgate-audit-writer")
 
     async def stop(self, timeout: float = 5.0) -> None:
-        """Write what is queued (within `timeout`), then end the task."""
+        """Write what is queued (within `timeout`), then end the task. Never hangs on a stuck store:
+        what is still queued or being written at the deadline is dropped and counted (`shutdown`)."""
         task, self._task = self._task, None
+        self._stopped = True
         if task is None:
             return
         with contextlib.suppress(TimeoutError):
@@ -47,9 +51,21 @@ class AuditWriter:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        left = 0
+        while not self._queue.empty():
+            self._queue.get_nowait()
+            self._queue.task_done()
+            left += 1
+        if left:
+            self.dropped.labels(reason="shutdown").inc(left)
+            log.warning("audit writer stopped with %d record(s) unwritten; dropped", left)
 
     def submit(self, record: AuditRecord) -> None:
-        """Queue a record without waiting; when the queue is full the record is dropped and counted."""
+        """Queue a record without waiting; when the queue is full (or the writer has stopped) the
+        record is dropped and counted."""
+        if self._stopped:
+            self.dropped.labels(reason="stopped").inc()
+            return
         try:
             self._queue.put_nowait(record)
         except asyncio.QueueFull:
@@ -66,6 +82,9 @@ class AuditWriter:
                 batch.append(self._queue.get_nowait())
             try:
                 await self._store.append_audit(batch)
+            except asyncio.CancelledError:  # stopped while the store was still writing
+                self.dropped.labels(reason="shutdown").inc(len(batch))
+                raise
             except Exception as exc:  # a broken store must never reach a call: count and go on
                 self.dropped.labels(reason="store_error").inc(len(batch))
                 log.warning("audit store failed; %d record(s) dropped: %s", len(batch), type(exc).__name__)

@@ -77,10 +77,15 @@ class SqliteStore:
         await self._run(create)
 
     async def close(self) -> None:
-        """Close the file; later calls fail."""
+        """Close the file once no statement is running; later calls fail."""
         db, self._db = self._db, None
         if db is not None:
-            await asyncio.to_thread(db.close)
+
+            def close() -> None:
+                with self._lock:
+                    db.close()
+
+            await asyncio.to_thread(close)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def locked() -> T:

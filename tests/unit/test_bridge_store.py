@@ -94,3 +94,30 @@ async def test_a_full_queue_drops_and_counts_without_waiting(tmp_path: Path) -> 
     assert written + dropped == 10
     assert dropped >= 7
     await store.close()
+
+
+class StuckStore(SqliteStore):
+    """A store whose audit inserts never finish (a locked or unreachable database)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.entered = asyncio.Event()
+
+    async def append_audit(self, records: Sequence[AuditRecord]) -> None:
+        self.entered.set()
+        await asyncio.Event().wait()
+
+
+async def test_stopping_over_a_stuck_store_returns_and_counts_what_was_not_written(tmp_path: Path) -> None:
+    # R: F5
+    store = StuckStore(tmp_path / "stuck.db")
+    registry = CollectorRegistry()
+    writer = AuditWriter(store, queue_size=300, registry=registry)
+    writer.start()
+    for i in range(300):
+        writer.submit(record(ts=i))
+    await asyncio.wait_for(store.entered.wait(), timeout=5)
+    await asyncio.wait_for(writer.stop(timeout=0.05), timeout=5)
+    writer.submit(record(ts=301))
+    dropped = {r: registry.get_sample_value("toolgate_audit_dropped_total", {"reason": r}) for r in ("shutdown", "stopped")}
+    assert dropped == {"shutdown": 300, "stopped": 1}
