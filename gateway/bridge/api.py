@@ -7,7 +7,7 @@
     GET    /bridges/{id}/graph          the saved graph (an empty one before the first save)
     PUT    /bridges/{id}/graph          validate (F8) and save (F12)
     GET    /connections                 the caller's connections (no secret references)
-    POST   /connections                 {id, owner?, endpoint}
+    POST   /connections                 {id, owner?, endpoint} (endpoint within `apiEndpointAllowList`)
     DELETE /connections/{id}
     GET    /audit                       the caller's audit records (see audit_api)
 
@@ -17,6 +17,7 @@ Another account's bridge or connection answers 404, exactly like one that does n
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from pydantic import ValidationError
 from starlette.requests import Request
@@ -31,16 +32,23 @@ from gateway.bridge.records import BridgeRecord, ConnectionRecord
 from gateway.bridge.store import BridgeStore
 from gateway.bridge.upstream import Upstreams
 from gateway.bridge.validation import GraphInvalid, GraphProblem, parse_graph
-from gateway.errors import BadRequest, NotFound
+from gateway.errors import BadRequest, Forbidden, NotFound
 
 
 class BridgeApi:
     """Route handlers over the store; `routes()` lists them for the app."""
 
-    def __init__(self, store: BridgeStore, upstreams: Upstreams, authenticate: Authenticate) -> None:
+    def __init__(
+        self,
+        store: BridgeStore,
+        upstreams: Upstreams,
+        authenticate: Authenticate,
+        endpoint_allowed: Callable[[str], bool] = lambda url: True,
+    ) -> None:
         self._store = store
         self._upstreams = upstreams
         self._auth = authenticate
+        self._endpoint_allowed = endpoint_allowed
 
     def routes(self) -> list[BaseRoute]:
         """Starlette routes of the REST API."""
@@ -138,6 +146,8 @@ class BridgeApi:
             decl = ConnectionConfig.model_validate({**data, "owner": owner_for(caller, data.get("owner"))})
         except ValidationError as exc:
             raise BadRequest(_first_error(exc)) from None
+        if not self._endpoint_allowed(decl.endpoint):
+            raise Forbidden(f"endpoint {decl.endpoint} is not in the Bridge's apiEndpointAllowList")
         if await self._store.get_connection(decl.id) is not None:
             raise Conflict(f"connection id {decl.id} is taken")
         record = ConnectionRecord(decl.id, decl.owner, decl.endpoint, source="api")

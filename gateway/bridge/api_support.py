@@ -11,11 +11,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.bridge.federation import CallerScope, owners_of
-from gateway.errors import BadRequest, Forbidden, GatewayError
+from gateway.errors import BadRequest, Forbidden, GatewayError, PayloadTooLarge
 from gateway.identity import Identity
 
 Authenticate = Callable[[Request], Awaitable[Identity]]
 Endpoint = Callable[[Request], Awaitable[Response]]
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+"""Largest REST body read (the MCP endpoint's own limit too); beyond it: 413, read no further."""
 
 
 class Conflict(GatewayError):
@@ -45,8 +48,19 @@ async def caller_of(request: Request, authenticate: Authenticate) -> CallerScope
 
 
 async def json_body(request: Request) -> Any:
-    """The request body as JSON, or 400 saying why not."""
-    raw = await request.body()
+    """The request body as JSON, or 400 saying why not (413 beyond `MAX_BODY_BYTES`)."""
+    too_large = PayloadTooLarge(f"body is larger than {MAX_BODY_BYTES} bytes")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise too_large
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

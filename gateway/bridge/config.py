@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -78,6 +79,37 @@ class BridgeConfig(BaseModel):
     allowedHosts: list[str] = Field(
         default_factory=list, description="Host values accepted on /mcp (DNS-rebinding protection); empty: any"
     )
+    apiEndpointAllowList: list[str] = Field(
+        default_factory=list,
+        description="URLs (scheme://host[:port][/path]) that connections made through the REST API may use; empty: any",
+    )
+
+    @field_validator("apiEndpointAllowList")
+    @classmethod
+    def _allow_list(cls, values: list[str]) -> list[str]:
+        for value in values:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"{value!r}: expected an http(s) URL with a host")
+        return values
+
+    def api_endpoint_allowed(self, endpoint: str) -> bool:
+        """May a connection made through the REST API point at `endpoint`? Config-declared
+        connections are the operator's and are not checked. Matches scheme, host and port exactly,
+        and the path by whole segments (`https://h/mcp` allows `https://h/mcp/x`, not `https://h/mcpx`)."""
+        if not self.apiEndpointAllowList:
+            return True
+        target = _url_key(endpoint)
+        if target is None:
+            return False
+        for allowed in self.apiEndpointAllowList:
+            key = _url_key(allowed)
+            if key is None or key[:3] != target[:3]:
+                continue
+            prefix = key[3].rstrip("/")
+            if target[3] == prefix or target[3].startswith(prefix + "/"):
+                return True
+        return False
 
     @model_validator(mode="after")
     def _unique(self) -> "BridgeConfig":
@@ -86,3 +118,17 @@ class BridgeConfig(BaseModel):
             if dup:
                 raise ValueError(f"{kind} ids must be unique: {', '.join(dup)}")
         return self
+
+
+def _url_key(url: str) -> tuple[str, str, int, str] | None:
+    """(scheme, host, port, path) of an http(s) URL, or None when it is not one."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    if any(segment in (".", "..") for segment in unquote(parts.path).split("/")):
+        return None  # a dot segment could climb out of an allowed path
+    return parts.scheme, parts.hostname.lower(), port or (443 if parts.scheme == "https" else 80), parts.path or "/"

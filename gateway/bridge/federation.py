@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import mcp_types as types
@@ -60,17 +61,27 @@ class ResolvedTool:
 class Federation:
     """Lists and resolves the tools of the connections a scope can see."""
 
-    def __init__(self, store: BridgeStore, upstreams: Upstreams) -> None:
+    def __init__(
+        self, store: BridgeStore, upstreams: Upstreams, api_endpoint_allowed: Callable[[str], bool] = lambda url: True
+    ) -> None:
         self._store = store
         self._upstreams = upstreams
+        self._api_endpoint_allowed = api_endpoint_allowed
 
     async def connections(self, scope: CallerScope) -> list[ConnectionRecord]:
-        """The caller's connections; for a bridge, those of its connections the caller owns."""
-        visible = await self._store.list_connections(scope.owners)
+        """The caller's connections; for a bridge, those of its connections the caller owns. A
+        connection made through the REST API whose endpoint the allow-list no longer admits is left out."""
+        visible = [c for c in await self._store.list_connections(scope.owners) if self._admitted(c)]
         if scope.bridge is None:
             return visible
         by_id = {c.id: c for c in visible}
         return [by_id[c] for c in scope.bridge.connections if c in by_id]
+
+    def _admitted(self, conn: ConnectionRecord) -> bool:
+        if conn.source != "api" or self._api_endpoint_allowed(conn.endpoint):
+            return True
+        log.warning("connection %s left out: its endpoint is not in apiEndpointAllowList", conn.id)
+        return False
 
     async def connection(self, scope: CallerScope, connection_id: str) -> ConnectionRecord | None:
         """One connection of the scope, by id."""

@@ -63,10 +63,10 @@ class BridgeService:
         self.store: BridgeStore = store if store is not None else SqliteStore(database_path(config, base_dir))
         self.upstreams = Upstreams(http, base_dir=base_dir, secrets=secrets, list_ttl=config.toolListTtlSeconds)
         self.audit = AuditWriter(self.store, queue_size=config.auditQueueSize, registry=metrics)
-        federation = Federation(self.store, self.upstreams)
+        federation = Federation(self.store, self.upstreams, config.api_endpoint_allowed)
         self.handlers = BridgeHandlers(self.store, federation, self.upstreams, self.audit, secrets.scrub, metrics)
         self._endpoint = McpEndpoint(self.store, authenticate)
-        self._api = BridgeApi(self.store, self.upstreams, authenticate)
+        self._api = BridgeApi(self.store, self.upstreams, authenticate, config.api_endpoint_allowed)
         self._audit_api = AuditApi(self.store, authenticate)
         self._stack: contextlib.AsyncExitStack | None = None
 

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from gateway.bridge.config import BridgeConfig
-from tests.support.bridge_servers import bridge_app, edge, fan_in_graph, graph, mcp_http, node, pipeline, tool_node
+from gateway.bridge.records import ConnectionRecord
+from gateway.bridge.store import SqliteStore
+from tests.support.bridge_servers import (
+    CallLog, bridge_app, edge, fan_in_graph, graph, mcp_http, node, pipeline, tool_node, tool_server,
+)
 from tests.support.http_server import ServerThread, serve
 
 
@@ -144,3 +151,45 @@ async def test_a_connection_with_a_secret_reference_cannot_be_created_through_th
     response = await request(bridge, "POST", "/connections", body=body)
     assert response.status_code == 400
     assert "unknown field(s): authHeaderName, authSecret" in response.json()["error"]["message"]
+
+
+async def test_a_body_that_is_not_json_is_refused_with_400_and_an_oversized_one_with_413(bridge: ServerThread) -> None:
+    # R: F12
+    async with mcp_http("alice-key") as http:
+        broken = await http.put(f"{bridge.url}/bridges/pipes/graph", content=b"{not json")
+        huge = await http.put(f"{bridge.url}/bridges/pipes/graph", content=b" " * (4 * 1024 * 1024 + 1))
+        listed = await http.post(f"{bridge.url}/connections", json=["not", "an", "object"])
+    assert broken.status_code == 400
+    assert broken.json()["error"]["message"].startswith("body is not valid JSON: ")
+    assert (huge.status_code, huge.json()["error"]["message"]) == (413, "body is larger than 4194304 bytes")
+    assert (listed.status_code, listed.json()["error"]["message"]) == (400, "body must be a JSON object")
+
+
+async def test_connections_made_through_the_api_stay_within_the_endpoint_allow_list(tmp_path: Path) -> None:
+    # R: F2, F3
+    log = CallLog()
+    with serve(tool_server(log, delay=0)) as tools:
+        early = SqliteStore(tmp_path / "allow.db")
+        await early.open()
+        await early.upsert_connection(ConnectionRecord("old", "alice", f"{tools.url}/mcp", source="api"))
+        await early.close()
+        config = BridgeConfig.model_validate(
+            {
+                "database": "allow.db",
+                "apiEndpointAllowList": ["http://mcp.allowed.test/mcp"],
+                "connections": [{"id": "declared", "owner": "alice", "endpoint": f"{tools.url}/mcp"}],
+            }
+        )
+        with serve(bridge_app(config, tmp_path).app) as server:
+            outside = await request(server, "POST", "/connections", body={"id": "meta", "endpoint": "http://169.254.169.254/"})
+            inside = await request(server, "POST", "/connections", body={"id": "ok", "endpoint": "http://mcp.allowed.test/mcp/x"})
+            http = mcp_http("alice-key")
+            async with Client(streamable_http_client(f"{server.url}/mcp", http_client=http)) as alice:
+                names = {t.name.split("__")[0] for t in (await alice.list_tools()).tools}
+                old = await alice.call_tool("old__echo", {"text": "x"})
+    assert (outside.status_code, outside.json()["error"]["message"]) == (
+        403, "endpoint http://169.254.169.254/ is not in the Bridge's apiEndpointAllowList"
+    )
+    assert inside.status_code == 201
+    assert names == {"declared"}, "a config connection is the operator's; an API one outside the list is left out"
+    assert old.is_error and log.count("echo") == 0
