@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter
 from gateway.bridge.audit import AuditWriter
 from gateway.bridge.audit_args import Scrub, is_mutating, reduce_args
 from gateway.bridge.federation import CallerScope, Federation
-from gateway.bridge.graph import Graph, Pipeline, pipeline_input_schema
+from gateway.bridge.graph import Graph, Pipeline, is_tool_name, pipeline_input_schema
 from gateway.bridge.records import AuditAction, AuditRecord
 from gateway.bridge.runner import PipelineFailed, PipelineRefused, plan_run, run_pipeline
 from gateway.bridge.store import BridgeStore
@@ -98,7 +98,7 @@ class BridgeHandlers:
                     action=action,
                     actor_id=scope.actor_id,
                     actor_email=scope.identity.email,
-                    resource=name,
+                    resource=audit_resource(name),
                     scope=scope.name,
                     mutating=mutating,
                     args=reduce_args(arguments, self._scrub),
@@ -143,6 +143,12 @@ class BridgeHandlers:
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(output, default=str))], structured_content=output
         )
+
+
+def audit_resource(name: str) -> str:
+    """The audit `resource` of a call: the tool or pipeline name. Every name the Bridge lists matches
+    the tool-name pattern; a name that does not is caller-made text and is kept as its length only."""
+    return name if is_tool_name(name) else f"(not a tool name: {len(name)} characters)"
 
 
 def _pipeline_mutates(graph: Graph, pipeline: Pipeline) -> bool:

@@ -4,6 +4,7 @@ arguments, filtering per owner, and a broken store that never breaks a call (F4,
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -110,6 +111,17 @@ async def test_a_token_and_free_text_are_stored_only_as_type_and_length(world: W
     assert secret not in str(await audit(world))
 
 
+async def test_a_tool_name_that_is_free_text_is_stored_only_as_its_length(world: World) -> None:
+    # R: F4
+    name = "please delete the prod database, my password is hunter2"
+    async with client(world) as alice:
+        result = await alice.call_tool(name, {})
+    assert result.is_error
+    record = (await audit(world))[0]
+    assert (record["resource"], record["status"]) == (f"(not a tool name: {len(name)} characters)", "failure")
+    assert "hunter2" not in str(await audit(world))
+
+
 async def test_each_user_lists_only_their_own_records_filtered_by_status_and_time(world: World) -> None:
     # R: F5
     async with client(world) as alice:
@@ -141,3 +153,36 @@ async def test_a_broken_audit_store_leaves_calls_succeeding_and_counts_the_drops
     assert [r.content[0].text for r in results] == ["0", "1", "2"]
     assert app.registry.get_sample_value("toolgate_audit_dropped_total", {"reason": "store_error"}) == 3
     assert app.registry.get_sample_value("toolgate_bridge_calls_total", {"action": "mcp.tool_call", "status": "success"}) == 3
+
+
+class StuckStore(SqliteStore):
+    """A store whose audit inserts wait until the test opens the gate (a locked database)."""
+
+    def __init__(self, path: Any) -> None:
+        super().__init__(path)
+        self.gate = threading.Event()
+
+    async def append_audit(self, records: Sequence[AuditRecord]) -> None:
+        await asyncio.to_thread(self.gate.wait)
+        await super().append_audit(records)
+
+
+async def test_calls_never_wait_for_a_stuck_audit_store(tmp_path: Any) -> None:
+    # R: F5
+    log = CallLog()
+    store = StuckStore(tmp_path / "stuck.db")
+    with serve(tool_server(log, delay=0.01)) as tools:
+        app = bridge_app(config_for(tools.url), tmp_path, store=store)
+        with serve(app.app) as bridge:
+            world = World(app, bridge, log)
+            try:
+                async with client(world) as alice:
+                    calls = [alice.call_tool("tools__echo", {"text": str(i)}) for i in range(5)]
+                    results = await asyncio.wait_for(asyncio.gather(*calls), timeout=10)
+            finally:
+                store.gate.set()
+            await world.flushed()
+            async with mcp_http("alice-key") as http:
+                written = (await http.get(f"{world.url}/audit")).json()["data"]
+    assert sorted(r.content[0].text for r in results) == ["0", "1", "2", "3", "4"]
+    assert len(written) == 5
