@@ -22,10 +22,14 @@ ANONYMOUS_OWNER = "anonymous"
 
 
 def owners_of(identity: Identity) -> tuple[str, ...]:
-    """Owner keys a caller acts for: its user id and `org:<org id>`; `anonymous` when auth is off."""
+    """Owner keys a caller acts for: its user id and `org:<org id>`; `anonymous` when auth is off.
+
+    A user id that could pass for another owner key (`org:...`, `anonymous`) is written
+    `user:<id>`, which no config owner can be: a user named `org:acme` is not the org."""
     owners = []
     if identity.user_id:
-        owners.append(identity.user_id)
+        user = identity.user_id
+        owners.append(f"user:{user}" if user.startswith(("org:", "user:")) or user == ANONYMOUS_OWNER else user)
     if identity.org_id:
         owners.append(f"org:{identity.org_id}")
     return tuple(owners) or (ANONYMOUS_OWNER,)
@@ -46,8 +50,8 @@ class CallerScope:
 
     @property
     def actor_id(self) -> str:
-        """The audit actor: the user id, else the org, else `anonymous`."""
-        return self.identity.user_id or self.owners[0]
+        """The audit actor: the user id (escaped like its owner key), else the org, else `anonymous`."""
+        return self.owners[0]
 
 
 @dataclass(frozen=True)
