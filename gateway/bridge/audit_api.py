@@ -6,6 +6,7 @@ Query parameters: `since`, `until` (ISO 8601, or seconds since the epoch), `acti
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 
 from starlette.requests import Request
@@ -17,15 +18,15 @@ from gateway.bridge.records import AuditQuery
 from gateway.bridge.store import BridgeStore
 from gateway.errors import BadRequest
 
+_EPOCH = re.compile(r"[0-9]+(\.[0-9]*)?")
+
 
 def parse_time(value: str | None) -> float | None:
-    """Seconds since the epoch from an ISO 8601 time (UTC when no zone is given) or a number."""
+    """Seconds since the epoch from an ISO 8601 time (UTC when no zone is given) or a finite number."""
     if value is None or value == "":
         return None
-    try:
+    if _EPOCH.fullmatch(value):
         return float(value)
-    except ValueError:
-        pass
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:

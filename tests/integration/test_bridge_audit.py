@@ -133,6 +133,15 @@ async def test_each_user_lists_only_their_own_records_filtered_by_status_and_tim
     assert await audit(world, action="mcp.pipeline_call", resource="tools__boom") == []
 
 
+async def test_a_bad_filter_is_refused_with_400_saying_which(world: World) -> None:
+    # R: F5
+    async with mcp_http("alice-key") as http:
+        nan = await http.get(f"{world.url}/audit", params={"since": "nan"})
+        zero = await http.get(f"{world.url}/audit", params={"limit": "0"})
+    assert (nan.status_code, nan.json()["error"]["message"]) == (400, "not an ISO 8601 time or epoch seconds: 'nan'")
+    assert (zero.status_code, zero.json()["error"]["message"]) == (400, "limit must be between 1 and 1000")
+
+
 class BrokenStore(SqliteStore):
     """A store whose audit inserts always fail."""
 
