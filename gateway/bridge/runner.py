@@ -92,9 +92,11 @@ async def run_pipeline(graph: Graph, plan: RunPlan, arguments: dict[str, Any], c
         tool_nodes = [nodes[n] for n in wave if nodes[n].kind == "tool"]
         for node_id in wave:
             node = nodes[node_id]
-            if node.kind == "input":
+            if node.kind == "input" and node_id == plan.pipeline.inputNode:
                 ports = node.outputs or list(arguments)
                 values[node_id] = {p: arguments[p] for p in ports if p in arguments}
+            elif node.kind == "input":
+                values[node_id] = {}  # another pipeline's entry: the caller's arguments are not its to read
             elif node.kind in ("merge", "output"):
                 values[node_id] = _inputs_of(graph, node_id, nodes, values)
         if tool_nodes:

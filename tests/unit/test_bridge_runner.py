@@ -124,3 +124,26 @@ def test_a_transform_node_on_the_path_is_refused_but_one_off_the_path_is_not() -
     g = parsed(data)
     with pytest.raises(PipelineRefused, match="transform nodes can be saved but not run yet"):
         plan_run(g, g.pipelines[0])
+
+
+async def test_only_the_pipelines_own_input_node_receives_the_callers_arguments() -> None:
+    # R: F9, F10
+    data = graph(
+        [
+            node("in1", "input", outputs=["a"]),
+            node("in2", "input", outputs=["a", "b"]),
+            tool_node("t1", "echo", inputs=["a", "b"], outputs=["result"]),
+            node("out1", "output", inputs=["r"]),
+        ],
+        [edge("e1", "in1.a", "t1.a"), edge("e2", "in2.b", "t1.b"), edge("e3", "t1.result", "out1.r")],
+        [pipeline("p")],
+    )
+    g = parsed(data)
+    seen: list[dict[str, Any]] = []
+
+    async def call(connection: str, tool: str, args: dict[str, Any]) -> types.CallToolResult:
+        seen.append(args)
+        return text("ok")
+
+    await run_pipeline(g, plan_run(g, g.pipelines[0]), {"a": 1, "b": 2}, call)
+    assert seen == [{"a": 1}]
