@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Literal
 
@@ -49,8 +50,6 @@ class McpBridgeConfig(BaseModel):
     @classmethod
     def _arguments_json(cls, value: Any) -> Any:
         if isinstance(value, str):
-            import json
-
             try:
                 value = json.loads(value)
             except json.JSONDecodeError as exc:

@@ -24,6 +24,15 @@ T = TypeVar("T")
 ClientFactory = Callable[[], mcp.Client]
 Operation = Callable[["McpConnection", mcp.Client], Awaitable[T]]
 
+CLOSE_SECONDS = 10.0
+"""Default longest wait for a graceful close (DELETE, process exit) before the task is cancelled."""
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    """Mark a handshake failure as seen: the opener reports it, or nobody is left to."""
+    if not future.cancelled():
+        future.exception()
+
 
 class McpConnection:
     """A connected `mcp.Client` plus what is worth caching per session (tool and resource lists)."""
@@ -44,19 +53,37 @@ class McpConnection:
         self._memo: dict[str, asyncio.Future[Any]] = {}
 
     async def open(self, timeout: float) -> None:
-        """Start the owning task and wait for the handshake, at most `timeout` seconds (B17)."""
+        """Start the owning task and wait for the handshake, at most `timeout` seconds (B17).
+
+        A caller cancelled while the handshake runs leaves nothing behind: the owning task (and a
+        stdio server's process) is ended before the cancellation goes on.
+        """
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
+        self._ready.add_done_callback(_retrieve)
         self._task = loop.create_task(self._own(), name=f"mcp-session:{self.label}")
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), timeout)
         except TimeoutError:
-            self._stop.set()
-            self._task.cancel()  # the handshake never finished: nothing to close gracefully
-            await asyncio.wait({self._task}, timeout=1.0)
-            if self._ready.done() and not self._ready.cancelled():
-                self._ready.exception()  # retrieved: the timeout is what the caller learns
+            await self._abandon()
             raise CallTimeout(f"the MCP session could not be opened within {timeout:g}s") from None
+        except BaseException:
+            await self._abandon()
+            raise
+
+    async def _abandon(self) -> None:
+        """End an owning task whose handshake did not finish (or whose opener went away)."""
+        self._stop.set()
+        task = self._task
+        if task is None or task.done():
+            return
+        ready = self._ready
+        if ready is None or not ready.done() or ready.cancelled() or ready.exception() is not None:
+            task.cancel()  # still connecting: nothing to close gracefully
+        await asyncio.wait({task}, timeout=CLOSE_SECONDS)
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=1.0)
 
     async def _own(self) -> None:
         assert self._ready is not None
@@ -82,24 +109,29 @@ class McpConnection:
     async def memo(self, name: str, fetch: Callable[[], Awaitable[T]]) -> T:
         """`fetch()` once per session (tool and resource lists); concurrent callers share it.
 
-        A failed fetch is forgotten, so the next caller tries again.
+        A failed fetch is forgotten, so the next caller tries again; a fetch whose caller was
+        cancelled (its own timeout) is taken over by a waiting caller, not turned into its failure.
         """
-        future = self._memo.get(name)
-        if future is None:
-            future = asyncio.get_running_loop().create_future()
-            self._memo[name] = future
-            try:
-                future.set_result(await fetch())
-            except asyncio.CancelledError:
-                del self._memo[name]
-                future.cancel()
-                raise
-            except Exception as exc:
-                del self._memo[name]
-                future.set_exception(exc)
-                future.exception()  # retrieved here: waiters, if any, re-raise it themselves
-                raise
-        return await asyncio.shield(future)
+        while True:
+            future = self._memo.get(name)
+            if future is None:
+                future = asyncio.get_running_loop().create_future()
+                self._memo[name] = future
+                try:
+                    future.set_result(await fetch())
+                except asyncio.CancelledError:
+                    del self._memo[name]
+                    future.cancel()
+                    raise
+                except Exception as exc:
+                    del self._memo[name]
+                    future.set_exception(exc)
+                    future.exception()  # retrieved here: waiters, if any, re-raise it themselves
+                    raise
+                return future.result()
+            await asyncio.wait({future})
+            if not future.cancelled():
+                return future.result()
 
     @property
     def server_capabilities(self) -> types.ServerCapabilities | None:
@@ -140,7 +172,7 @@ class McpConnection:
         if not future.done():
             future.set_result(result)
 
-    async def close(self, timeout: float = 10.0) -> None:
+    async def close(self, timeout: float = CLOSE_SECONDS) -> None:
         """End the session (the transport sends DELETE for a session-ful server) and wait for it."""
         self._stop.set()
         task = self._task

@@ -69,7 +69,8 @@ def read_resource(reference: str) -> Any:
     """An operation that reads the resource named by URI or by its listed name (B10)."""
 
     async def operation(connection: McpConnection, client: mcp.Client) -> ResourceText:
-        if client.server_capabilities.resources is None:
+        capabilities = client.server_capabilities
+        if capabilities is None or capabilities.resources is None:
             raise ResourceUnavailable("the MCP server does not offer resources")
         listed = await _list_resources(connection, client)
         match = next((r for r in listed if str(r.uri) == reference), None)

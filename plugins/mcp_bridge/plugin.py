@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,16 @@ def stdio_parameters(command: list[str], cwd: Path | None = None) -> mcp.StdioSe
     return mcp.StdioServerParameters(command=program, args=args, cwd=cwd)
 
 
+def secret_forms(secret: str) -> tuple[str, ...]:
+    """The texts to redact for a header value: the value, and its credential without the scheme
+    (`Bearer <token>` → `<token>`), which a server may echo on its own (B4)."""
+    scheme, _, credential = secret.partition(" ")
+    credential = credential.strip()
+    if scheme and len(credential) >= 8:
+        return (secret, credential)
+    return (secret,)
+
+
 class McpBridgePlugin(Plugin):
     """Offers one MCP server's tools to the model and injects its context, over pooled sessions."""
 
@@ -44,6 +55,7 @@ class McpBridgePlugin(Plugin):
         self.max_tool_calls = config.maxConsecutiveToolCalls
         self._allowed = frozenset(config.toolFilter)
         self._secret: str | None = None
+        self._redact: tuple[str, ...] = ()
         self._http: httpx2.AsyncClient | None = None
         self._pool: SessionPool | None = None
         self._metrics: BridgeMetrics | None = None
@@ -58,6 +70,10 @@ class McpBridgePlugin(Plugin):
         self._cwd = base_dir
         if self.config.authSecret is not None:
             self._secret = resolve_secret(self.config.authSecret, base_dir, env.secrets)
+            self._redact = secret_forms(self._secret)
+            if env.secrets is not None:
+                for form in self._redact:
+                    env.secrets.add(form)
         headers = {self.config.authHeaderName: self._secret} if self.config.authHeaderName and self._secret else {}
         self._http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))
         self._metrics = BridgeMetrics(env.metrics, self.id)
@@ -95,13 +111,23 @@ class McpBridgePlugin(Plugin):
             raise RuntimeError(f"mcp_bridge {self.id!r} is not started")
         return self._pool
 
+    def _request_token(self, ctx: PluginContext) -> str:
+        """A token of this request alone, naming its unpooled session (B15).
+
+        Not `ctx.request_id`: a client may choose that one (`X-Request-Id`), and two callers
+        sending the same value must never share a session (G4).
+        """
+        token: str = ctx.state.setdefault(f"mcp_bridge:{self.id}:request", uuid.uuid4().hex)
+        return token
+
     async def _run(self, ctx: PluginContext, operation: Any) -> Any:
-        return await self.pool.run(ctx.conversation_key, ctx.request_id, operation)
+        return await self.pool.run(ctx.conversation_key, self._request_token(ctx), operation)
 
     def scrub(self, text: str) -> str:
         """`text` without the auth secret (B4): a last line of defence for failure reasons."""
-        if self._secret and self._secret in text:
-            return text.replace(self._secret, "[redacted]")
+        for form in self._redact:
+            if form in text:
+                text = text.replace(form, "[redacted]")
         return text
 
     def allows(self, name: str) -> bool:
@@ -151,5 +177,6 @@ class McpBridgePlugin(Plugin):
 
     async def end_request(self, ctx: PluginContext) -> None:
         """Close the request's own session when it was not pooled (B15)."""
-        if ctx.conversation_key is None and self._pool is not None:
-            await self._pool.release_request(ctx.request_id)
+        token = ctx.state.get(f"mcp_bridge:{self.id}:request")
+        if ctx.conversation_key is None and token is not None and self._pool is not None:
+            await self._pool.release_request(token)

@@ -1,7 +1,10 @@
 """The session pool (B14–B17): one session per (conversation key, server), closed when idle.
 
-Requests without a conversation key get a session of their own, closed when the request ends
-(B15). A session the server ended is replaced and the call retried once (B16).
+Requests without a conversation key get a session of their own, in a slot named by a token unique
+to the request (never the client-chosen request id), closed when the request ends (B15); the idle
+reaper closes it too should the end never come. A session the server ended is replaced and the
+call retried once (B16). The callers of one slot share a single opening attempt, so a server that
+never answers costs a request one set-up timeout, not one per concurrent call (B17, B18).
 """
 
 from __future__ import annotations
@@ -9,20 +12,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 from plugins.mcp_bridge.connection import ClientFactory, McpConnection, Operation
-from plugins.mcp_bridge.errors import describe, session_ended
+from plugins.mcp_bridge.errors import SessionLost, describe, session_ended
 from plugins.mcp_bridge.metrics import BridgeMetrics
 
 log = logging.getLogger("toolgate.mcp_bridge")
 
 T = TypeVar("T")
 
+CLOSE_SECONDS = 10.0
+"""Longest wait for a session's graceful close (DELETE, process exit) before it is cancelled."""
+
 
 class SessionPool:
-    """Pooled sessions by conversation key, unpooled ones by request id, and an idle reaper."""
+    """Sessions by slot (conversation key, or a request's own token), and an idle reaper."""
 
     def __init__(
         self,
@@ -32,17 +38,15 @@ class SessionPool:
         timeout: float,
         idle_seconds: float,
         metrics: BridgeMetrics,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._factory = factory
         self._server = server
         self._timeout = timeout
         self._idle = idle_seconds
         self._metrics = metrics
-        self._clock = clock
-        self._pooled: dict[str, McpConnection] = {}
-        self._unpooled: dict[str, McpConnection] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._sessions: dict[str, McpConnection] = {}
+        self._opening: dict[str, asyncio.Task[McpConnection]] = {}
+        """At most one opening attempt per slot; it exists only while the attempt runs."""
         self._wake = asyncio.Event()
         self._reaper: asyncio.Task[None] | None = None
         self._closing = False
@@ -52,64 +56,64 @@ class SessionPool:
         self._reaper = asyncio.get_running_loop().create_task(self._reap(), name=f"mcp-reaper:{self._server}")
 
     @staticmethod
-    def _slot(key: str | None, request_id: str) -> str:
-        return f"k:{key}" if key is not None else f"r:{request_id}"
+    def _slot(key: str | None, request_token: str) -> str:
+        return f"k:{key}" if key is not None else f"r:{request_token}"
 
-    def _table(self, key: str | None) -> dict[str, McpConnection]:
-        return self._pooled if key is not None else self._unpooled
+    async def acquire(self, key: str | None, request_token: str) -> McpConnection:
+        """The live session of this conversation (or request), opened on first use."""
+        slot = self._slot(key, request_token)
+        connection = self._sessions.get(slot)
+        if connection is not None and not connection.closed:
+            return connection
+        return await self._reopen(slot, connection)
+
+    async def _reopen(self, slot: str, dead: McpConnection | None) -> McpConnection:
+        """Join the slot's opening attempt, or start one that replaces `dead` (when still in place)."""
+        opening = self._opening.get(slot)
+        if opening is None:
+            current = self._sessions.get(slot)
+            if current is not None and current is not dead and not current.closed:
+                return current  # another caller replaced it already
+            if self._closing:
+                raise SessionLost("the MCP bridge is stopping")
+            opening = asyncio.get_running_loop().create_task(self._open(slot), name=f"mcp-open:{self._server}")
+            self._opening[slot] = opening
+            opening.add_done_callback(partial(self._opened, slot))
+        # A caller that goes away does not cancel the attempt the others wait for.
+        await asyncio.wait({opening})
+        if opening.cancelled():  # abandoned by `release_request` or `close`
+            raise SessionLost("the MCP session was abandoned before it opened")
+        return opening.result()
+
+    def _opened(self, slot: str, task: asyncio.Task[McpConnection]) -> None:
+        if self._opening.get(slot) is task:
+            del self._opening[slot]
+        if not task.cancelled():
+            task.exception()  # retrieved: every waiter re-raises it itself
 
     async def _open(self, slot: str) -> McpConnection:
+        old = self._sessions.pop(slot, None)
+        if old is not None:  # ended by the server or its transport since the last call (B16)
+            self._metrics.replaced.inc()
+            await self._discard(old)
         connection = McpConnection(self._factory, f"{self._server}/{slot[:14]}")
         await connection.open(self._timeout)
         self._metrics.opened.inc()
         self._metrics.open.inc()
+        self._sessions[slot] = connection
+        self._wake.set()
         return connection
 
-    async def acquire(self, key: str | None, request_id: str) -> McpConnection:
-        """The live session of this conversation (or request), opened on first use."""
-        slot = self._slot(key, request_id)
-        table = self._table(key)
-        connection = table.get(slot)
-        if connection is not None and not connection.closed:
-            return connection
-        lock = self._locks.setdefault(slot, asyncio.Lock())
-        async with lock:
-            connection = table.get(slot)
-            if connection is not None and not connection.closed:
-                return connection
-            if connection is not None:  # ended by the server or its transport since the last call (B16)
-                self._metrics.replaced.inc()
-                await self._discard(connection)
-            connection = await self._open(slot)
-            table[slot] = connection
-            self._wake.set()
-            return connection
-
-    async def _replace(self, key: str | None, request_id: str, dead: McpConnection) -> McpConnection:
-        slot = self._slot(key, request_id)
-        table = self._table(key)
-        lock = self._locks.setdefault(slot, asyncio.Lock())
-        async with lock:
-            current = table.get(slot)
-            if current is not None and current is not dead and not current.closed:
-                return current
-            await self._discard(dead)
-            table.pop(slot, None)
-            self._metrics.replaced.inc()
-            connection = await self._open(slot)
-            table[slot] = connection
-            return connection
-
-    async def run(self, key: str | None, request_id: str, operation: Operation[T]) -> T:
+    async def run(self, key: str | None, request_token: str, operation: Operation[T]) -> T:
         """Run `operation` on this conversation's session; replace an ended session and retry once."""
-        connection = await self.acquire(key, request_id)
+        connection = await self.acquire(key, request_token)
         try:
             return await connection.run(operation, self._timeout)
         except Exception as exc:
             if not session_ended(exc):
                 raise
             log.info("mcp session of %s ended by the server (%s); replacing it", self._server, describe(exc))
-        connection = await self._replace(key, request_id, connection)
+        connection = await self._reopen(self._slot(key, request_token), connection)
         return await connection.run(operation, self._timeout)
 
     async def _discard(self, connection: McpConnection) -> None:
@@ -119,38 +123,39 @@ class SessionPool:
         connection.discarded = True
         self._metrics.closed.inc()
         self._metrics.open.dec()
-        await connection.close()
+        await connection.close(min(self._timeout, CLOSE_SECONDS))
 
-    async def release_request(self, request_id: str) -> None:
-        """Close the unpooled session of a request that ended (B15)."""
-        connection = self._unpooled.pop(self._slot(None, request_id), None)
-        self._locks.pop(self._slot(None, request_id), None)
+    async def release_request(self, request_token: str) -> None:
+        """Close the unpooled session of a request that ended, or stop it being opened (B15)."""
+        slot = self._slot(None, request_token)
+        opening = self._opening.pop(slot, None)
+        if opening is not None:
+            opening.cancel()
+            await asyncio.wait({opening})
+        connection = self._sessions.pop(slot, None)
         if connection is not None:
             await self._discard(connection)
 
     def expired(self) -> list[tuple[str, McpConnection]]:
-        """Pooled sessions idle for `sessionIdleSeconds` with no call in flight."""
-        now = self._clock()
-        return [
-            (slot, c) for slot, c in self._pooled.items() if c.active == 0 and now - c.last_used >= self._idle
-        ]
+        """Sessions idle for `sessionIdleSeconds` with no call in flight."""
+        now = time.monotonic()
+        return [(slot, c) for slot, c in self._sessions.items() if c.active == 0 and now - c.last_used >= self._idle]
 
     async def reap(self) -> int:
         """Close every expired session now; returns how many were closed."""
         victims = self.expired()
         for slot, connection in victims:
-            if self._pooled.get(slot) is connection:
-                del self._pooled[slot]
-                self._locks.pop(slot, None)
+            if self._sessions.get(slot) is connection:
+                del self._sessions[slot]
         await asyncio.gather(*(self._discard(c) for _, c in victims))
         return len(victims)
 
     def _next_expiry(self) -> float | None:
-        if not self._pooled:
+        if not self._sessions:
             return None
-        now = self._clock()
+        now = time.monotonic()
         # A session with a call in flight is looked at again one lifetime from now.
-        return min((c.last_used if c.active == 0 else now) for c in self._pooled.values()) + self._idle - now
+        return min((c.last_used if c.active == 0 else now) for c in self._sessions.values()) + self._idle - now
 
     async def _reap(self) -> None:
         while not self._closing:
@@ -167,15 +172,20 @@ class SessionPool:
     @property
     def size(self) -> int:
         """Open sessions, pooled and unpooled."""
-        return len(self._pooled) + len(self._unpooled)
+        return len(self._sessions)
 
     async def close(self) -> None:
-        """Close every session (with DELETE) and stop the reaper."""
+        """Stop the reaper, abandon sessions being opened, close every session (with DELETE)."""
         self._closing = True
         if self._reaper is not None:
             self._reaper.cancel()
             await asyncio.gather(self._reaper, return_exceptions=True)
-        connections = [*self._pooled.values(), *self._unpooled.values()]
-        self._pooled.clear()
-        self._unpooled.clear()
+        openings = list(self._opening.values())
+        self._opening.clear()
+        for task in openings:
+            task.cancel()
+        if openings:
+            await asyncio.wait(openings)
+        connections = list(self._sessions.values())
+        self._sessions.clear()
         await asyncio.gather(*(self._discard(c) for c in connections))

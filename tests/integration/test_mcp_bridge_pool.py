@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -24,7 +24,8 @@ def sessionful(state: McpServerState) -> Iterator[ServerThread]:
         yield server
 
 
-async def wait(state: McpServerState, predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+async def wait(state: McpServerState, predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Wait, off the event loop, until the server's state satisfies `predicate` (deadline `timeout`)."""
     return await asyncio.to_thread(state.wait_for, predicate, timeout)
 
 
@@ -77,6 +78,33 @@ async def test_a_request_without_a_conversation_key_gets_its_own_session_closed_
         assert state.deleted == state.opened
         await bridge.call_tool(context(None, "req-y"), "count", {})
     assert len(state.opened) == 2
+
+
+# R: B15, G4
+async def test_two_unpooled_requests_sending_the_same_request_id_never_share_a_session(
+    state: McpServerState, sessionful: ServerThread
+) -> None:
+    async with running_bridge(endpoint=sessionful.url + "/mcp") as (bridge, _):
+        one, two = context(None, "same-id"), context(None, "same-id")
+        a = await bridge.call_tool(one, "count", {})
+        b = await bridge.call_tool(two, "count", {})
+        await bridge.end_request(one)
+        c = await bridge.call_tool(two, "count", {})
+        assert len(state.live_sessions) == 1
+        await bridge.end_request(two)
+        first, second = state.opened
+        assert [a.text, b.text, c.text] == [f"session {first} call 1", f"session {second} call 1", f"session {second} call 2"]
+        assert state.deleted == [first, second]
+
+
+# R: B15
+async def test_an_unpooled_session_whose_request_end_never_came_is_closed_when_idle(
+    state: McpServerState, sessionful: ServerThread
+) -> None:
+    async with running_bridge(endpoint=sessionful.url + "/mcp", sessionIdleSeconds=0.2) as (bridge, registry):
+        await bridge.call_tool(context(None, "lost"), "count", {})
+        assert await wait(state, lambda: len(state.opened) == 1 and state.deleted == state.opened)
+        assert metric(registry, "toolgate_mcp_sessions_open", server="docs") == 0
 
 
 # R: B16

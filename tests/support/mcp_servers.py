@@ -254,6 +254,7 @@ class HttpSubprocess:
     """A test server in a child process (`--http`), so a test can stop it for real."""
 
     def __init__(self, *args: str) -> None:
+        import select
         import subprocess
         import sys
 
@@ -263,9 +264,11 @@ class HttpSubprocess:
             text=True,
         )
         assert self.process.stdout is not None
-        line = self.process.stdout.readline().split()
+        ready, _, _ = select.select([self.process.stdout], [], [], 30.0)  # a deadline, not a hang
+        line = self.process.stdout.readline().split() if ready else []
         if len(line) != 2 or line[0] != "PORT":
             self.process.kill()
+            self.process.wait(10)
             raise RuntimeError("the MCP test server did not start")
         self.url = f"http://127.0.0.1:{line[1]}/mcp"
 

@@ -40,6 +40,7 @@ def test_tool_results_join_text_and_report_images_and_embedded_blobs() -> None:
     )
 
 
+# R: B1
 def test_a_result_with_only_structured_content_reads_as_json() -> None:
     result = types.CallToolResult(content=[], structured_content={"n": 1})
     assert tool_result_text(result) == '{"n": 1}'

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from plugins.mcp_bridge.injection import ContextBlock, inject
 
 BLOCKS = [ContextBlock("Docs", "alpha"), ContextBlock("Resource docs://index", "beta")]
@@ -53,6 +55,29 @@ def test_an_empty_user_message_receives_the_block_without_a_leading_gap_and_no_u
     assert inject(request, BLOCKS)["messages"] == [{"role": "user", "content": TEXT}]
 
 
+# R: B12
+@pytest.mark.parametrize(
+    "roles",
+    [
+        ["user"],
+        ["system", "user", "assistant"],
+        ["user", "assistant", "tool"],
+        ["system", "assistant"],
+        ["assistant", "tool"],
+        ["system"],
+        ["user", "assistant", "user", "assistant", "tool", "tool"],
+    ],
+)
+def test_injection_never_leaves_two_consecutive_user_messages_whatever_the_last_message_is(roles: list[str]) -> None:
+    request = {"messages": [{"role": role, "content": role} for role in roles]}
+    messages = inject(request, BLOCKS)["messages"]
+    out = [m["role"] for m in messages]
+    assert all(not (a == b == "user") for a, b in zip(out, out[1:]))
+    assert sum(TEXT in str(m["content"]) for m in messages) == 1
+    assert out == (roles if "user" in roles else [*roles, "user"])
+
+
+# R: B12
 def test_no_blocks_leave_the_request_unchanged() -> None:
     request = {"messages": [{"role": "user", "content": "q"}]}
     assert inject(request, []) is request

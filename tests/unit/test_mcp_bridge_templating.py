@@ -12,7 +12,7 @@ HOSTILE = 'ignore "} {{user_id}} {{ session_id }} {% for x in y %}{{7*7}}\\u0000
 
 
 # R: B6
-def test_tokens_are_replaced_inside_string_values_and_keys_and_non_strings_are_untouched() -> None:
+def test_tokens_are_replaced_inside_string_values_only_never_in_keys_or_non_strings() -> None:
     arguments = {"query": "{{last_user_message}}", "{{user_id}}": 3, "scope": ["{{org_id}}", True, None], "n": 1.5}
     values = {"last_user_message": "hi", "user_id": "alice", "org_id": "acme"}
     assert substitute_json(arguments, values) == {
