@@ -124,7 +124,8 @@ class McpBridgePlugin(Plugin):
         return await self.pool.run(ctx.conversation_key, self._request_token(ctx), operation)
 
     def scrub(self, text: str) -> str:
-        """`text` without the auth secret (B4): a last line of defence for failure reasons."""
+        """`text` without the auth secret (B4): a last line of defence for failure reasons and for
+        whatever the server sends back (a server may echo the credential it was given)."""
         for form in self._redact:
             if form in text:
                 text = text.replace(form, "[redacted]")
@@ -168,7 +169,7 @@ class McpBridgePlugin(Plugin):
             log.warning("mcp_bridge %s: tool %s failed: %s", self.id, name, reason)
             self._metrics.tool_call("failed")
             return ToolResult(text=f"{TOOL_FAILED}: {reason}", is_error=True)
-        text = tool_result_text(result)
+        text = self.scrub(tool_result_text(result))  # a server may echo the credential (B4)
         if result.is_error:
             self._metrics.tool_call("error")
             return ToolResult(text=f"{TOOL_FAILED}: {text}", is_error=True)

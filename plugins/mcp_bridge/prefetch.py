@@ -14,7 +14,7 @@ from plugins.mcp_bridge.content import tool_result_text
 from plugins.mcp_bridge.errors import describe
 from plugins.mcp_bridge.injection import ContextBlock
 from plugins.mcp_bridge.operations import ResourceText, call_tool, read_resource
-from plugins.mcp_bridge.templating import last_user_message, prefetch_values, render_result, substitute_json
+from plugins.mcp_bridge.templating import client_last_user_message, prefetch_values, render_result, substitute_json
 
 log = logging.getLogger("toolgate.mcp_bridge")
 
@@ -44,8 +44,9 @@ class ContextGatherer:
         A `GuardBlocked` from an inspector propagates and refuses the request (B13); the other
         fetches are then cancelled.
         """
+        asked = client_last_user_message(ctx, request)  # recorded before any block is appended
         jobs: list[Awaitable[ContextBlock]] = []
-        if self._config.prefetchTool and last_user_message(request).strip():
+        if self._config.prefetchTool and asked.strip():
             jobs.append(self._prefetch(ctx, request))
         jobs.extend(self._resource(ctx, reference) for reference in self._config.resource_list)
         if not jobs:
@@ -68,7 +69,7 @@ class ContextGatherer:
             log.warning("mcp prefetch %s/%s failed: %s", self._config.id, tool, reason)
             self._count("failed")
             return ContextBlock(title, f"{TOOL_FAILED}: {reason}")
-        text = tool_result_text(result)
+        text = self._scrub(tool_result_text(result))
         await ctx.inspect(InspectItem(kind="prefetch", server=self._config.id, source=tool, text=text))
         if result.is_error:
             self._count("error")
@@ -84,6 +85,7 @@ class ContextGatherer:
             reason = self._scrub(describe(exc, detail=False))
             log.info("mcp resource %s/%s not read: %s", self._config.id, reference, reason)
             return ContextBlock(title, f"{RESOURCE_FAILED}: {reason}")
-        await ctx.inspect(InspectItem(kind="resource", server=self._config.id, source=reference, text=read.text))
-        return ContextBlock(title, read.text)
+        text = self._scrub(read.text)
+        await ctx.inspect(InspectItem(kind="resource", server=self._config.id, source=reference, text=text))
+        return ContextBlock(title, text)
 

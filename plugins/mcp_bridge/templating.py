@@ -56,11 +56,29 @@ def last_user_message(request: ChatRequest) -> str:
     return ""
 
 
+CLIENT_TEXT_KEY = "mcp_bridge:last_user_message"
+"""`ctx.state` key shared by every mcp_bridge node of a chain."""
+
+
+def client_last_user_message(ctx: PluginContext, request: ChatRequest) -> str:
+    """The last user message as the client sent it (B6, B7).
+
+    Recorded by the first mcp_bridge of the chain: a later bridge sees the request with the
+    earlier bridges' blocks appended, and must neither send that context to its own server as
+    `{{last_user_message}}` nor take a lone injected block for a user message that asks something.
+    """
+    text = ctx.state.get(CLIENT_TEXT_KEY)
+    if not isinstance(text, str):
+        text = last_user_message(request)
+        ctx.state[CLIENT_TEXT_KEY] = text
+    return text
+
+
 def prefetch_values(ctx: PluginContext, request: ChatRequest) -> dict[str, str]:
     """The values of the B6 tokens for this request (missing facts become "")."""
     identity = ctx.identity
     return {
-        "last_user_message": last_user_message(request),
+        "last_user_message": client_last_user_message(ctx, request),
         "user_id": identity.user_id or "",
         "org_id": identity.org_id or "",
         "display_name": identity.display_name or "",

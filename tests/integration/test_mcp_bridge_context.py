@@ -168,3 +168,36 @@ async def test_two_bridges_inject_into_the_same_user_message_in_chain_order(stat
     assert request["messages"][1]["content"] == (
         "q\n\n## Resource docs://index\ncontents of docs://index\n\n## Resource docs://guide\ncontents of docs://guide"
     )
+
+
+# R: B4
+async def test_a_server_that_echoes_the_credential_never_gets_it_to_the_model(
+    state: McpServerState, server: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MCP_TOKEN", "Bearer tok-echoed-0123456789")
+    inspections = Inspections()
+    fields = {"authHeaderName": "Authorization", "authSecret": "env:MCP_TOKEN", "prefetchTool": "whoami", "prefetchLabel": "Who"}
+    async with running_bridge(endpoint=server.url + "/mcp", **fields) as (bridge, _):
+        direct = await bridge.call_tool(context(), "whoami", {})
+        out = await bridge.before_model(context(inspect=inspections), ask("q"))
+    assert set(state.auth_headers) == {"Bearer tok-echoed-0123456789"}
+    assert direct.text == "the tool failed: bad credential [redacted]"
+    assert out["messages"][1]["content"] == "q\n\n## Who\nthe tool failed: bad credential [redacted]"
+    assert [i.text for i in inspections.items] == ["bad credential [redacted]"]
+
+
+# R: B6, B7, B12
+async def test_a_later_bridge_prefetches_with_the_clients_message_not_the_context_an_earlier_bridge_injected(
+    state: McpServerState, server: ServerThread
+) -> None:
+    async with running_bridge(endpoint=server.url + "/mcp", id="one", resources="docs://index") as (first, _):
+        async with running_bridge(
+            endpoint=server.url + "/mcp", id="two", prefetchTool="echo", prefetchArguments={"q": "{{last_user_message}}"}
+        ) as (second, _):
+            ctx = context()
+            request = await second.before_model(ctx, await first.before_model(ctx, ask("q")))
+            alone = context(request_id="r2")
+            lone = await second.before_model(alone, await first.before_model(alone, {"messages": [{"role": "system", "content": "s"}]}))
+    assert state.arguments == [{"q": "q"}]
+    assert request["messages"][1]["content"] == 'q\n\n## Resource docs://index\ncontents of docs://index\n\n## echo\n{"q": "q"}'
+    assert lone["messages"] == [{"role": "system", "content": "s"}, {"role": "user", "content": "## Resource docs://index\ncontents of docs://index"}]

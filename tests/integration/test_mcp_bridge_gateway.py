@@ -75,7 +75,7 @@ def test_three_turns_of_one_conversation_share_one_session_and_another_conversat
     seen = [tool_message(upstream, i) for i in (1, 3, 5, 7)]
     assert seen == [f"session {first} call 1", f"session {first} call 2", f"session {first} call 3", f"session {second} call 1"]
     offered = [t["function"]["name"] for t in upstream.requests[0]["tools"]]
-    assert offered == ["count", "echo", "fail", "slow", "image", "secret_tool", "pid"]
+    assert offered == ["count", "echo", "fail", "slow", "image", "secret_tool", "pid", "whoami"]
 
 
 # R: B14, G4

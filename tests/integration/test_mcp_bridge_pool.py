@@ -47,7 +47,7 @@ async def test_tools_listing_is_cached_on_the_pooled_session(state: McpServerSta
     async with running_bridge(endpoint=sessionful.url + "/mcp") as (bridge, _):
         for i in range(3):
             names = [t.name for t in await bridge.tools(context("conv-a", f"r{i}"))]
-    assert names == ["count", "echo", "fail", "slow", "image", "secret_tool", "pid"]
+    assert names == ["count", "echo", "fail", "slow", "image", "secret_tool", "pid", "whoami"]
     assert state.methods["tools/list"] == 1
 
 

@@ -43,6 +43,7 @@ TOOLS = [
     types.Tool(name="image", description="Returns a PNG image.", input_schema={"type": "object"}),
     types.Tool(name="secret_tool", description="Outside most filters.", input_schema={"type": "object"}),
     types.Tool(name="pid", description="The server's process id.", input_schema={"type": "object"}),
+    types.Tool(name="whoami", description="Echoes the credential it was sent.", input_schema={"type": "object"}),
 ]
 
 
@@ -88,6 +89,11 @@ class McpServerState:
             return [s for s in self.opened if s not in self.deleted and s not in self.killed]
 
 
+def _credential_of(ctx: Any) -> str:
+    headers = getattr(getattr(ctx, "request", None), "headers", None)
+    return (headers.get("authorization") or "none") if headers is not None else "none"
+
+
 def _session_of(ctx: Any) -> str:
     request = getattr(ctx, "request", None)
     headers = getattr(request, "headers", None)
@@ -122,6 +128,9 @@ def build_server(state: McpServerState, *, resources: bool = True, name: str = "
         elif params.name == "fail":
             state.note(lambda: state.spans.append((params.name, start, time.monotonic())))
             return types.CallToolResult(content=[types.TextContent(type="text", text="boom")], is_error=True)
+        elif params.name == "whoami":  # a careless server that echoes the credential it was given
+            credential = _credential_of(ctx)
+            return types.CallToolResult(content=[types.TextContent(type="text", text=f"bad credential {credential}")], is_error=True)
         elif params.name == "pid":
             text = str(os.getpid())
         elif params.name == "slow":
