@@ -171,7 +171,8 @@ def conversation_bench(url: str, turns: int) -> dict[str, Any]:
             for label, route, headers in runs:
                 sdk = client(gw, **headers)
                 messages: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
-                sdk.chat.completions.create(model=route, messages=messages)  # warm the route
+                warm = sdk.chat.completions.create(model=route, messages=messages)  # warm the route
+                messages.append({"role": "assistant", "content": warm.choices[0].message.content or ""})
                 times: list[float] = []
                 for turn in range(turns):
                     if route == "assistant":

@@ -21,7 +21,7 @@ class McpBridgeConfig(BaseModel):
     type: Literal["mcp_bridge"]
     id: str = Field(default="mcp", description="node name: used in metrics and tool-name prefixes")
     endpoint: str | None = None
-    command: list[str] | None = Field(default=None, description="stdio server: argv to start")
+    command: list[str] | None = Field(default=None, min_length=1, description="stdio server: argv to start")
     authHeaderName: str | None = None
     authSecret: SecretRef | None = None
     toolFilter: list[str] = Field(default_factory=list)

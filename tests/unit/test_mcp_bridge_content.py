@@ -74,6 +74,8 @@ def test_exactly_one_of_endpoint_or_command_is_accepted() -> None:
         bridge_config()
     with pytest.raises(ValidationError):
         bridge_config(endpoint="http://x/mcp", command=["python", "-m", "s"])
+    with pytest.raises(ValidationError):
+        bridge_config(command=[])
     assert bridge_config(command=["python", "-m", "s"]).command == ["python", "-m", "s"]
 
 
