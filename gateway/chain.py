@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 from gateway.metrics import GatewayMetrics
 from gateway.plugins import ChatRequest, ChatResponse, InspectItem, Plugin, PluginContext, PluginEnv, ToolSpec
 
+log = logging.getLogger("toolgate.chain")
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 
 
@@ -93,8 +95,12 @@ class Chain:
         return response
 
     async def end_request(self, ctx: PluginContext) -> None:
+        """Every plugin releases its per-request resources, even when another one fails to."""
         for plugin in self.plugins:
-            await plugin.end_request(ctx)
+            try:
+                await plugin.end_request(ctx)
+            except Exception:
+                log.exception("plugin %s failed to end the request", plugin.id)
 
     async def tools(self, ctx: PluginContext, client_names: set[str]) -> dict[str, GatewayTool]:
         if not self.plugins:

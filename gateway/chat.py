@@ -7,11 +7,13 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from gateway.chain import GatewayTool
 from gateway.conversation import CONVERSATION_HEADER, client_conversation_id, conversation_key
@@ -181,27 +183,49 @@ class ChatHandler:
     ) -> Response:
         chunks = run_stream(upstream_body, io, include_usage)
         first = await chunks.__anext__()  # errors before the first byte keep their HTTP status
+        outcome = {"status": 200}
 
         async def sse() -> AsyncIterator[bytes]:
-            status = 200
             try:
                 yield b"data: " + json.dumps(first, ensure_ascii=False).encode() + b"\n\n"
                 async for chunk in chunks:
                     yield b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
                 yield b"data: [DONE]\n\n"
             except GatewayError as exc:
-                status = exc.status
-                log.warning("stream failed after start: %s", exc.message, extra={"status": exc.status})
-                yield b"data: " + json.dumps(exc.body(), ensure_ascii=False).encode() + b"\n\n"
+                outcome["status"] = exc.status
+                log.warning("stream failed after start: %s", self.gw.secrets.scrub(exc.message), extra={"status": exc.status})
+                yield b"data: " + self.gw.secrets.scrub(json.dumps(exc.body(), ensure_ascii=False)).encode() + b"\n\n"
             except (asyncio.CancelledError, GeneratorExit):
-                status = 499  # the client went away; its upstream stream is closed below
+                outcome["status"] = 499  # the client went away; its upstream stream is closed in cleanup
                 raise
-            finally:
-                await chunks.aclose()
-                await route.chain.end_request(ctx)
-                self._count(route, status, started)
+            except Exception:
+                outcome["status"] = 500
+                log.exception("stream failed after start")
+                body = {"error": {"message": f"internal error (request id {ctx.request_id})", "type": "server_error", "code": "internal_error", "param": None}}
+                yield b"data: " + json.dumps(body).encode() + b"\n\n"
 
-        return StreamingResponse(sse(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
+        async def cleanup() -> None:
+            await chunks.aclose()
+            await route.chain.end_request(ctx)
+            self._count(route, outcome["status"], started)
+
+        return _CleanStream(sse(), cleanup)
+
+
+class _CleanStream(StreamingResponse):
+    """An SSE response whose cleanup (close the upstream stream, end the request in every plugin,
+    count it) runs exactly once, even when the client leaves before the body is read."""
+
+    def __init__(self, content: AsyncIterator[bytes], cleanup: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers={"cache-control": "no-cache"})
+        self._cleanup = cleanup
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._cleanup()
 
 
 def _strip_conversation_metadata(body: dict[str, Any]) -> None:

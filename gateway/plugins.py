@@ -78,6 +78,8 @@ class PluginContext:
     identity: Identity
     conversation_key: str | None
     request_id: str
+    """For correlating logs; it may come from the client's `X-Request-Id`, so it is not unique:
+    never key per-request resources by it (use `state`)."""
     route: str
     deadline: float
     inspect: Inspector

@@ -130,3 +130,19 @@ def test_a_plugin_bug_gives_a_500_envelope_with_the_request_id_and_no_traceback(
     assert response.json() == {"error": {"message": "internal error (request id bug-1)", "type": "server_error", "code": "internal_error", "param": None}}
     assert response.headers["x-request-id"] == "bug-1"
     assert after.status_code == 200  # the gateway keeps serving
+
+
+class FailsToEnd(Plugin):
+    id = "fails-to-end"
+
+    async def end_request(self, ctx: Any) -> None:
+        raise RuntimeError("could not release")
+
+
+def test_every_plugin_ends_the_request_even_when_one_fails_to(upstream: ScriptedUpstream) -> None:
+    # R: G2, B15
+    log: list[str] = []
+    with gateway_with(upstream, [FailsToEnd(), Recorder("after", log)]) as gw:
+        response = client(gw).chat.completions.create(model="assistant", messages=[{"role": "user", "content": "x"}])
+    assert response.choices[0].message.content == "Hello from the scripted model."
+    assert log[-1] == "end:after"
