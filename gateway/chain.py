@@ -85,6 +85,17 @@ class Chain:
             await plugin.inspect(ctx, item)
 
     async def before_model(self, ctx: PluginContext, request: ChatRequest) -> ChatRequest:
+        """Every plugin's `gather_context` at once (a slow server delays the request by the slowest
+        call, across plugins too), then each `before_model` in YAML order."""
+        if len(self.plugins) > 1:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for plugin in self.plugins:
+                        group.create_task(plugin.gather_context(ctx, request))
+            except* Exception as eg:  # a refusal in one cancels the others
+                raise eg.exceptions[0] from None
+        elif self.plugins:
+            await self.plugins[0].gather_context(ctx, request)
         for plugin in self.plugins:
             request = await plugin.before_model(ctx, request)
         return request

@@ -3,7 +3,8 @@
 Every hook passes its input through by default, so a plugin overrides only what it does.
 Hook order for one request (see README "Plugin hooks"):
 
-1. `before_model(ctx, request)` for each plugin, in YAML order (mcp_bridge prefetch + resources).
+1. `gather_context(ctx, request)` of every plugin, concurrently (mcp_bridge: prefetch + resources),
+   then `before_model(ctx, request)` for each plugin, in YAML order (mcp_bridge: inject them).
 2. `tools(ctx)` of every plugin: the gateway tools offered to the model.
 3. The tool loop: each gateway tool call goes to the owning plugin's `call_tool`, and its
    result passes every plugin's `inspect` before the model reads it.
@@ -112,6 +113,11 @@ class Plugin:
 
     async def stop(self) -> None:
         """Close what `start` opened."""
+
+    async def gather_context(self, ctx: PluginContext, request: ChatRequest) -> None:
+        """I/O that prepares `before_model` (e.g. prefetch, resource reads). The chain runs this
+        hook of every plugin concurrently, before any `before_model` (B18); it must not change
+        the request: keep what it fetched in `ctx.state`."""
 
     async def before_model(self, ctx: PluginContext, request: ChatRequest) -> ChatRequest:
         return request

@@ -137,10 +137,18 @@ class McpBridgePlugin(Plugin):
 
     # -- hooks -----------------------------------------------------------------------------
 
-    async def before_model(self, ctx: PluginContext, request: ChatRequest) -> ChatRequest:
-        """Prefetch and resources, concurrently, inspected, appended to the last user message."""
+    async def gather_context(self, ctx: PluginContext, request: ChatRequest) -> None:
+        """Prefetch and resources, concurrently and inspected; kept for `before_model` (B18)."""
         assert self._gatherer is not None
-        blocks = await self._gatherer.gather(ctx, request)
+        ctx.state[f"mcp_bridge:{self.id}:blocks"] = await self._gatherer.gather(ctx, request)
+
+    async def before_model(self, ctx: PluginContext, request: ChatRequest) -> ChatRequest:
+        """The gathered blocks appended to the last user message (B12); gathered here when the
+        chain did not call `gather_context` first."""
+        assert self._gatherer is not None
+        blocks = ctx.state.pop(f"mcp_bridge:{self.id}:blocks", None)
+        if blocks is None:
+            blocks = await self._gatherer.gather(ctx, request)
         return inject(request, blocks)
 
     async def tools(self, ctx: PluginContext) -> list[ToolSpec]:
