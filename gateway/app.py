@@ -167,6 +167,9 @@ def _bridge_service(gateway: Gateway) -> Any:
     settings = gateway.config.bridge
     if settings is None or not settings.enabled:
         return None
+    if gateway.config.auth.mode == "none" and not settings.allowedHosts:
+        # anonymous access: only loopback Host/Origin values, so a web page cannot rebind a name to us
+        settings = settings.model_copy(update={"allowedHosts": ["127.0.0.1:*", "localhost:*", "[::1]:*"]})
     from gateway.bridge.service import BridgeService
 
     async def authenticate(request: Request) -> Identity:

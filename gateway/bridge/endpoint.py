@@ -67,8 +67,9 @@ def build_server(handlers: BridgeHandlers) -> Server[Any]:
 
 def build_manager(server: Server[Any], allowed_hosts: list[str]) -> StreamableHTTPSessionManager:
     """A session-ful manager (stateless 2026-07-28 requests are served by it too)."""
+    origins = [f"{scheme}://{host}" for host in allowed_hosts for scheme in ("http", "https")]
     security = (
-        TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=[])
+        TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=origins)
         if allowed_hosts
         else TransportSecuritySettings(enable_dns_rebinding_protection=False)
     )
