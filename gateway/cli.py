@@ -7,20 +7,18 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gateway.config import ConfigError, load_config, unresolvable_secrets
+from gateway.config import load_checked
+
+
+def _report(problems: list[str]) -> None:
+    for problem in problems:
+        print(problem, file=sys.stderr)
 
 
 def _check(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args.path)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        return 1
-    problems = unresolvable_secrets(config, args.path)
-    for problem in problems:
-        print(problem, file=sys.stderr)
-    if problems:
+    config, problems = load_checked(args.path)
+    _report(problems)
+    if config is None or problems:
         return 1
     print(f"{args.path}: ok ({len(config.routes)} route(s), {len(config.upstreams)} upstream(s))")
     return 0
@@ -32,16 +30,9 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
     from gateway.logs import configure_logging
 
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        return 2
-    problems = unresolvable_secrets(config, args.config)
-    if problems:
-        for problem in problems:
-            print(problem, file=sys.stderr)
+    config, problems = load_checked(args.config)
+    _report(problems)
+    if config is None or problems:
         return 2
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port

@@ -201,3 +201,13 @@ def unresolvable_secrets(config: Config, source: str) -> list[str]:
 
 
 _SECRET_FIELDS = {"key", "api_key", "authSecret", "secret", "public_key"}
+
+
+def load_checked(path: str | Path, *, secrets: bool = True) -> tuple[Config | None, list[str]]:
+    """The config and every problem with it (with `secrets`, also unreadable references), for
+    commands that print problems and exit."""
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        return None, exc.problems
+    return config, unresolvable_secrets(config, str(path)) if secrets else []

@@ -17,7 +17,7 @@ from gateway.bridge.records import AuditQuery, AuditRecord
 from gateway.bridge.service import database_path
 from gateway.bridge.store import SqliteStore
 from gateway.bridge.validation import GraphInvalid, parse_graph
-from gateway.config import ConfigError, load_config
+from gateway.config import load_checked
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -63,11 +63,10 @@ def validate_command(args: argparse.Namespace) -> int:
 
 def audit_list_command(args: argparse.Namespace) -> int:
     """Print the records of the config's Bridge database that match the filters."""
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
+    config, problems = load_checked(args.config, secrets=False)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if config is None:
         return 2
     if config.bridge is None:
         print(f"{args.config}: no 'bridge' section", file=sys.stderr)
