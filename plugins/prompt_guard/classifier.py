@@ -53,7 +53,10 @@ class LinearModel:
             raise ModelError("floor must be in [0, 1)")
         self.weights = weights
         self.floor = floor
-        self._table: dict[Gram, float] = {gram_key(k): v for k, v in weights.items()}
+        table = {gram_key(k): v for k, v in weights.items()}
+        # Two tables: the smaller unigram one stays in cache while the bigram one is probed.
+        self._uni: dict[bytes, float] = {k: v for k, v in table.items() if isinstance(k, bytes)}
+        self._bi: dict[tuple[bytes, bytes], float] = {k: v for k, v in table.items() if isinstance(k, tuple)}
         self.bias = bias
         self.window = window
         self.meta = meta or {}
@@ -94,9 +97,8 @@ class LinearModel:
 
     def contributions(self, tokens: Sequence[bytes]) -> list[float]:
         """Per-position weight: the token's unigram plus the bigram it starts."""
-        get = self._table.get
-        uni = map(get, tokens, repeat(0.0))
-        bi = map(get, zip(tokens, tokens[1:]), repeat(0.0))
+        uni = map(self._uni.get, tokens, repeat(0.0))
+        bi = map(self._bi.get, zip(tokens, tokens[1:]), repeat(0.0))
         return list(map(add, uni, chain(bi, (0.0,))))
 
     def logit(self, tokens: Sequence[bytes]) -> float:
@@ -126,7 +128,8 @@ class LinearModel:
     def top_features(self, tokens: Sequence[bytes], k: int = 5) -> list[str]:
         """The n-grams that pushed the score up most (for explanations)."""
         grams: set[Gram] = set(tokens) | set(zip(tokens, tokens[1:]))
-        ranked = sorted(((self._table.get(g, 0.0), gram_name(g)) for g in grams), reverse=True)
+        weight = {**self._uni, **self._bi}
+        ranked = sorted(((weight.get(g, 0.0), gram_name(g)) for g in grams), reverse=True)
         return [name for w, name in ranked[:k] if w > 0]
 
 

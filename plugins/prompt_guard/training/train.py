@@ -27,7 +27,6 @@ from scipy import optimize, sparse
 from plugins.prompt_guard.classifier import LinearModel
 from plugins.prompt_guard.normalize import normalize, tokenize
 
-MIN_COUNT = 2
 PRUNE = 0.05
 HARD_ROUNDS = 2
 
@@ -40,7 +39,9 @@ class Settings:
     l2: float = 10.0
     doc_weight: float = 3.0
     """Windows of tool-output-like documents count this much more than chat prompts."""
-    floor: float = 0.7
+    min_count: int = 2
+    """An n-gram must occur in this many training windows to become a feature."""
+    floor: float = 0.8
     """Probability below which the classifier gives no evidence (chosen on the validation split)."""
 
     @property
@@ -117,7 +118,7 @@ def train(rows: list[dict[str, Any]], cfg: Settings) -> LinearModel:
         samples += found
         doc += [row["kind"] != "prompt"] * len(found)
     counts = Counter(g for toks, _ in samples for g in set(grams(toks)))
-    vocab = {g: i for i, g in enumerate(sorted(g for g, n in counts.items() if n >= MIN_COUNT))}
+    vocab = {g: i for i, g in enumerate(sorted(g for g, n in counts.items() if n >= cfg.min_count))}
     print(f"windows: {len(samples)} ({sum(y for _, y in samples)} positive), vocabulary: {len(vocab)}")
     x = matrix(samples, vocab)
     y = np.array([lab for _, lab in samples], dtype=float)
@@ -147,8 +148,9 @@ def main() -> None:
     parser.add_argument("--l2", type=float, default=Settings.l2)
     parser.add_argument("--doc-weight", type=float, default=Settings.doc_weight)
     parser.add_argument("--floor", type=float, default=Settings.floor)
+    parser.add_argument("--min-count", type=int, default=Settings.min_count)
     args = parser.parse_args()
-    cfg = Settings(args.window, args.l2, args.doc_weight, args.floor)
+    cfg = Settings(args.window, args.l2, args.doc_weight, args.min_count, args.floor)
     rows = [json.loads(line) for line in args.data.read_text(encoding="utf-8").splitlines()]
     random.Random(5).shuffle(rows)
     cut = len(rows) // 10
