@@ -79,7 +79,7 @@ def evaluation(rows: list[Row], scan: Callable[[str], bool]) -> dict[str, Tally]
     for row in rows:
         blocked = scan(row.text)
         group = "tool output" if row.kind in TOOL_KINDS else "user prompts"
-        for name in (group, f"{group}: {row.kind}"):
+        for name in (group, f"{group}: {row.kind}", f"{group}: source {row.source}"):
             groups.setdefault(name, Tally()).add(row.label, blocked)
     return groups
 
@@ -126,7 +126,7 @@ def main() -> None:
         lines.append(f"| {name} | {m['rows']} | {m['injection']} | {m['benign']} | {pct(m['recall'])} | "
                      f"{pct(m['fpr'])} | {pct(m['precision'])} |")
     lines += ["", f"Data: `bench/data/guard_heldout.jsonl` ({len(rows)} rows; provenance in "
-              "`plugins/prompt_guard/DATA.md`). Latency: {len(small)} different 4 KB benign held-out "
+              f"`plugins/prompt_guard/DATA.md`). Latency: {len(small)} different 4 KB benign held-out "
               f"tool results x {rounds} rounds.", ""]
     text = "\n".join(lines)
     args.out.parent.mkdir(parents=True, exist_ok=True)

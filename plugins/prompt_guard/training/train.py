@@ -39,6 +39,8 @@ class Settings:
     l2: float = 10.0
     doc_weight: float = 3.0
     """Windows of tool-output-like documents count this much more than chat prompts."""
+    unigram_l2_factor: float = 1.0
+    """Penalty on single-word weights relative to word pairs."""
     min_count: int = 2
     """An n-gram must occur in this many training windows to become a feature."""
     floor: float = 0.8
@@ -93,8 +95,8 @@ def matrix(samples: list[tuple[list[str], int]], vocab: dict[str, int]) -> spars
     return sparse.csr_matrix((vals, (rows, cols)), shape=(len(samples), len(vocab)))
 
 
-def fit(x: sparse.csr_matrix, y: np.ndarray, sample_weight: np.ndarray, l2: float) -> tuple[np.ndarray, float]:
-    """L2-regularised logistic regression by L-BFGS; returns (weights, bias)."""
+def fit(x: sparse.csr_matrix, y: np.ndarray, sample_weight: np.ndarray, l2: np.ndarray) -> tuple[np.ndarray, float]:
+    """L2-regularised logistic regression by L-BFGS (`l2` per feature); returns (weights, bias)."""
     n, d = x.shape
 
     def loss(params: np.ndarray) -> tuple[float, np.ndarray]:
@@ -105,7 +107,7 @@ def fit(x: sparse.csr_matrix, y: np.ndarray, sample_weight: np.ndarray, l2: floa
         ll = -(sample_weight * (y * np.log(p + eps) + (1 - y) * np.log(1 - p + eps))).sum()
         g = sample_weight * (p - y)
         grad = np.concatenate([x.T @ g + l2 * w, [g.sum()]])
-        return ll + 0.5 * l2 * float(w @ w), grad
+        return ll + 0.5 * float(l2 @ (w * w)), grad
 
     res = optimize.minimize(loss, np.zeros(d + 1), jac=True, method="L-BFGS-B", options={"maxiter": 400})
     return res.x[:d], float(res.x[d])
@@ -124,18 +126,21 @@ def train(rows: list[dict[str, Any]], cfg: Settings) -> LinearModel:
     y = np.array([lab for _, lab in samples], dtype=float)
     pos = y.sum()
     weight = np.where(y == 1, (len(y) - pos) / pos, 1.0) * np.where(np.array(doc), cfg.doc_weight, 1.0)
-    w, b = fit(x, y, weight, cfg.l2)
+    names = sorted(vocab, key=vocab.__getitem__)
+    # Single words are weaker evidence than word pairs: they get a heavier penalty.
+    l2 = np.array([cfg.l2 * (1 if " " in g else cfg.unigram_l2_factor) for g in names])
+    w, b = fit(x, y, weight, l2)
     for _ in range(HARD_ROUNDS):
         # Hard negatives: benign windows the current model scores highest get more weight.
         z = x @ w + b
         hard = (y == 0) & (z > np.quantile(z[y == 0], 0.98))
         weight = np.where(hard, 3.0 * weight, weight)
-        w, b = fit(x, y, weight, cfg.l2)
-    names = sorted(vocab, key=vocab.__getitem__)
+        w, b = fit(x, y, weight, l2)
     kept = {g: round(float(v), 4) for g, v in zip(names, w) if abs(v) >= PRUNE}
     print(f"kept {len(kept)} weights, bias {b:.3f}")
     meta = {"trained_on": "see plugins/prompt_guard/DATA.md", "windows": len(samples),
-            "features": "word 1-2 grams", "l2": cfg.l2, "doc_weight": cfg.doc_weight}
+            "features": "word 1-2 grams", "l2": cfg.l2, "doc_weight": cfg.doc_weight,
+            "unigram_l2_factor": cfg.unigram_l2_factor}
     return LinearModel(kept, round(b, 4), cfg.window, meta, floor=cfg.floor)
 
 
@@ -149,8 +154,9 @@ def main() -> None:
     parser.add_argument("--doc-weight", type=float, default=Settings.doc_weight)
     parser.add_argument("--floor", type=float, default=Settings.floor)
     parser.add_argument("--min-count", type=int, default=Settings.min_count)
+    parser.add_argument("--unigram-l2-factor", type=float, default=Settings.unigram_l2_factor)
     args = parser.parse_args()
-    cfg = Settings(args.window, args.l2, args.doc_weight, args.min_count, args.floor)
+    cfg = Settings(args.window, args.l2, args.doc_weight, args.unigram_l2_factor, args.min_count, args.floor)
     rows = [json.loads(line) for line in args.data.read_text(encoding="utf-8").splitlines()]
     random.Random(5).shuffle(rows)
     cut = len(rows) // 10
