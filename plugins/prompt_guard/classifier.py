@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from itertools import accumulate, chain, repeat
+from itertools import accumulate, chain, islice, repeat
 from operator import add, sub
 from pathlib import Path
 from typing import Any
@@ -109,7 +109,7 @@ class LinearModel:
         w = self.window
         if len(tokens) <= w:
             return self.bias + sums[-1]
-        return self.bias + max(map(sub, sums[w:], sums[:-w]))
+        return self.bias + max(map(sub, islice(sums, w, None), sums))
 
     def score(self, tokens: Sequence[bytes]) -> float:
         """Probability that the tokens contain an injection."""

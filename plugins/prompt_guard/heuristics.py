@@ -37,9 +37,10 @@ CHAT_TOKENS = (
 
 ROLE_LINES = (
     "### system", "### instruction", "### assistant", "### response", "\nsystem:", "\nassistant:",
-    "\n\nhuman:", "system prompt:", "system override", "\n[system", "\n(system", "[system message",
+    "\n\nhuman:", "\n[system", "\n(system", "[system message",
 )
-"""Role headers that start a fake turn inside a document, normalised."""
+"""Role headers that start a fake turn inside a document, normalised. Each starts with a
+punctuation character or a newline, so the one-pass literal scan can skip ahead quickly."""
 
 _ZW_IN_WORD = re.compile("[a-zA-Z][\u00ad\u200b\u200c\u200d\u2060\ufeff]+[a-zA-Z]")
 _BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
