@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from plugins.prompt_guard.classifier import ModelError
@@ -30,12 +31,13 @@ class CliError(Exception):
     """A problem reported to the user as one line on stderr."""
 
 
-def guard_config(path: str | None, route: str | None) -> PromptGuardConfig:
-    """The guard settings to evaluate: defaults, or the first prompt_guard node of a config."""
+def guard_config(path: str | None, route: str | None) -> tuple[PromptGuardConfig, Path | None]:
+    """The guard settings to evaluate (defaults, or the first prompt_guard node of a config)
+    and the folder relative paths in them are read from."""
     if path is None:
         if route is not None:
             raise CliError("--route needs --config")
-        return PromptGuardConfig(type="prompt_guard")
+        return PromptGuardConfig(type="prompt_guard"), None
     from gateway.config import ConfigError, load_config
 
     try:
@@ -48,7 +50,7 @@ def guard_config(path: str | None, route: str | None) -> PromptGuardConfig:
     for r in routes:
         for node in r.plugins:
             if isinstance(node, PromptGuardConfig):
-                return node
+                return node, config.base_dir
     where = f"route {route!r}" if route else "any route"
     raise CliError(f"{path}: {where} has no prompt_guard plugin")
 
@@ -58,8 +60,8 @@ def run_eval(args: argparse.Namespace) -> int:
     from plugins.prompt_guard.plugin import build_guard
 
     try:
-        config = guard_config(args.config, args.route)
-        guard = build_guard(config)
+        config, base_dir = guard_config(args.config, args.route)
+        guard = build_guard(config, base_dir)
         rows = load_rows(args.file)
     except (CliError, EvalInputError, RulePackError, ModelError) as exc:
         print(f"toolgate guard eval: {exc}", file=sys.stderr)

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from gateway.errors import GuardBlocked
@@ -29,12 +30,23 @@ THREAD_SCAN_CHARS = 64 * 1024
 """Texts longer than this are scanned in a worker thread so the event loop stays responsive."""
 
 
-def build_guard(config: PromptGuardConfig) -> Guard:
-    """Load the rule pack and the classifier a config names and build the scanner."""
-    rules = load_rules(config.rules_file or DEFAULT_RULES) if config.detectors.rules else []
+def _path(value: str | None, default: Path, base_dir: Path | None) -> Path:
+    """A configured file path; a relative one is read from the config file's folder."""
+    if value is None:
+        return default
+    path = Path(value)
+    return base_dir / path if base_dir is not None and not path.is_absolute() else path
+
+
+def build_guard(config: PromptGuardConfig, base_dir: Path | None = None) -> Guard:
+    """Load the rule pack and the classifier a config names and build the scanner.
+
+    Relative `rules_file` / `classifier_model` paths are read from `base_dir` (the folder of
+    the YAML config) when it is known, else from the working directory."""
+    rules = load_rules(_path(config.rules_file, DEFAULT_RULES, base_dir)) if config.detectors.rules else []
     model = None
     if config.detectors.classifier:
-        model = LinearModel.load(config.classifier_model or DEFAULT_MODEL)
+        model = LinearModel.load(_path(config.classifier_model, DEFAULT_MODEL, base_dir))
     settings = GuardSettings(
         threshold=config.threshold,
         max_scan_bytes=config.max_scan_bytes,
@@ -61,6 +73,7 @@ class PromptGuardPlugin(Plugin):
         self.config = config
         self.id = config.id
         self._guard: Guard | None = None
+        self._base_dir: Path | None = None
         self._metrics: GuardMetrics | None = None
         self.counts: dict[str, int] = {"allow": 0, "block": 0, "monitor_block": 0}
         """Verdicts seen by this node (also exported as Prometheus counters once started)."""
@@ -69,11 +82,12 @@ class PromptGuardPlugin(Plugin):
     def guard(self) -> Guard:
         """The scanner, built on first use (rules and model files are read only then)."""
         if self._guard is None:
-            self._guard = build_guard(self.config)
+            self._guard = build_guard(self.config, self._base_dir)
         return self._guard
 
     async def start(self, env: PluginEnv) -> None:
         """Load rules and model now (so a bad file fails start-up) and register metrics."""
+        self._base_dir = env.base_dir
         _ = self.guard
         self._metrics = guard_metrics(env.metrics)
 

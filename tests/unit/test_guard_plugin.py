@@ -173,3 +173,14 @@ async def test_an_unknown_disabled_rule_id_fails_at_start() -> None:
     with pytest.raises(RulePackError) as err:
         await started(plugin(disabled_rules=["override.typo"]), CollectorRegistry())
     assert str(err.value) == "disabled_rules names unknown ids: override.typo"
+
+
+async def test_a_relative_rules_file_is_read_from_the_config_folder(tmp_path: Path) -> None:
+    # R: P4
+    (tmp_path / "rules.yaml").write_text("rules: [{id: local.codeword, weight: 1.0, patterns: [bluebird]}]\n")
+    guard = plugin(rules_file="rules.yaml", detectors={"classifier": False})
+    async with httpx2.AsyncClient() as http:
+        await guard.start(PluginEnv(http=http, metrics=CollectorRegistry(), route="r", base_dir=tmp_path))
+    with pytest.raises(GuardBlocked) as err:
+        await guard.inspect(context(), item("The answer is bluebird."))
+    assert err.value.rules == ["local.codeword"]
