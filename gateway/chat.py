@@ -164,10 +164,10 @@ class ChatHandler:
             metrics.labels(name, "ok").inc()
             return result
 
-        async def stream(turn: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        async def stream(turn: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
             try:
-                async for chunk in route.upstream.stream(turn):
-                    yield chunk
+                async for batch in route.upstream.stream(turn):
+                    yield batch
             except GatewayError as exc:
                 metrics.labels(name, exc.code).inc()
                 raise
@@ -187,10 +187,9 @@ class ChatHandler:
 
         async def sse() -> AsyncIterator[bytes]:
             try:
-                yield b"data: " + json.dumps(first, ensure_ascii=False).encode() + b"\n\n"
-                async for chunk in chunks:
-                    yield b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
-                yield b"data: [DONE]\n\n"
+                yield _events(first)
+                async for batch in chunks:
+                    yield _events(batch)
             except GatewayError as exc:
                 outcome["status"] = exc.status
                 log.warning("stream failed after start: %s", self.gw.secrets.scrub(exc.message), extra={"status": exc.status})
@@ -210,6 +209,14 @@ class ChatHandler:
             self._count(route, outcome["status"], started)
 
         return _CleanStream(sse(), cleanup)
+
+
+def _events(batch: list[dict[str, Any]]) -> bytes:
+    """One write for a batch of chunks; the batch that ends the response carries `[DONE]`."""
+    data = b"".join(b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n" for chunk in batch)
+    if any("toolgate" in chunk for chunk in batch):  # only the finishing chunk carries it
+        data += b"data: [DONE]\n\n"
+    return data
 
 
 class _CleanStream(StreamingResponse):

@@ -25,7 +25,8 @@ class TurnIO:
     """The loop's view of the world."""
 
     complete: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-    stream: Callable[[dict[str, Any]], AsyncIterator[dict[str, Any]]]
+    stream: Callable[[dict[str, Any]], AsyncIterator[list[dict[str, Any]]]]
+    """One streamed turn, as batches of chunks (what arrived together)."""
     call_tool: Callable[[str, str], Awaitable[str]]
     """(exposed tool name, JSON arguments) → the text the model reads."""
     gateway_tools: frozenset[str]
@@ -142,8 +143,9 @@ class _ChunkAccumulator:
         return [self.calls[i] for i in sorted(self.calls)]
 
 
-async def run_stream(body: dict[str, Any], io: TurnIO, include_usage: bool) -> AsyncIterator[dict[str, Any]]:
-    """Streaming: yields the chunks the client receives; the last carries a `toolgate` summary."""
+async def run_stream(body: dict[str, Any], io: TurnIO, include_usage: bool) -> AsyncIterator[list[dict[str, Any]]]:
+    """Streaming: yields the batches of chunks the client receives (one write each); the last
+    batch ends with the finishing chunk, which carries a `toolgate` summary, and the usage."""
     stats = LoopStats()
     messages = list(body["messages"])
     head: dict[str, Any] | None = None
@@ -151,36 +153,50 @@ async def run_stream(body: dict[str, Any], io: TurnIO, include_usage: bool) -> A
     while True:
         acc = _ChunkAccumulator()
         finish: str | None = None
-        async for chunk in io.stream(_turn_body(body, messages, stats)):
-            stats.add_usage(chunk.get("usage"))
-            choices = chunk.get("choices") or []
-            if head is None and choices:
-                head = {k: chunk[k] for k in ("id", "object", "created", "model") if k in chunk}
-            if not choices:
-                continue
-            choice = choices[0]
-            delta = dict(choice.get("delta") or {})
-            acc.add(delta)
-            finish = choice.get("finish_reason") or finish
-            delta.pop("tool_calls", None)
-            if role_sent:
-                delta.pop("role", None)
-            if delta.get("content") or (delta.get("role") and not role_sent):
-                role_sent = role_sent or "role" in delta
-                yield {**(head or {}), "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        async for batch in io.stream(_turn_body(body, messages, stats)):
+            out: list[dict[str, Any]] = []
+            for chunk in batch:
+                stats.add_usage(chunk.get("usage"))
+                choices = chunk.get("choices") or []
+                if not choices:
+                    continue
+                if head is None:
+                    head = {k: chunk[k] for k in ("id", "object", "created", "model") if k in chunk}
+                choice = choices[0]
+                delta = dict(choice.get("delta") or {})
+                acc.add(delta)
+                finish = choice.get("finish_reason") or finish
+                delta.pop("tool_calls", None)
+                if role_sent:
+                    delta.pop("role", None)
+                if delta.get("content") or (delta.get("role") and not role_sent):
+                    role_sent = role_sent or "role" in delta
+                    out.append({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+            if out:
+                yield out
         stats.rounds += 1
         mine, theirs = _split_calls(acc.tool_calls(), io.gateway_tools)
         if mine and not theirs and not stats.cap_reached:
             await _run_round(io, stats, messages, acc.message(), mine)
             continue
-        base = {**(head or {"object": "chat.completion.chunk"}), "object": "chat.completion.chunk"}
-        if theirs:
-            calls = [{**copy.deepcopy(c), "index": i} for i, c in enumerate(theirs)]
-            yield {**base, "choices": [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": None}]}
-            finish = "tool_calls"
-        elif finish == "tool_calls" or finish is None:
-            finish = "stop"
-        yield {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "toolgate": stats.summary()}
-        if include_usage:
-            yield {**base, "choices": [], "usage": stats.usage}
+        yield _ending(head, theirs, finish, stats, include_usage)
         return
+
+
+def _ending(
+    head: dict[str, Any] | None, client_calls: list[dict[str, Any]], finish: str | None, stats: LoopStats, include_usage: bool
+) -> list[dict[str, Any]]:
+    """The chunks that end a streamed response: the client's tool calls (G7), the finish reason
+    with the loop's summary, and the summed usage when the client asked for it."""
+    base = {**(head or {}), "object": "chat.completion.chunk"}
+    chunks = []
+    if client_calls:
+        calls = [{**copy.deepcopy(c), "index": i} for i, c in enumerate(client_calls)]
+        chunks.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": None}]})
+        finish = "tool_calls"
+    elif finish == "tool_calls" or finish is None:
+        finish = "stop"
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "toolgate": stats.summary()})
+    if include_usage:
+        chunks.append({**base, "choices": [], "usage": stats.usage})
+    return chunks

@@ -24,8 +24,9 @@ class Upstream(Protocol):
         """One non-streaming turn: a `chat.completion` dict."""
         ...
 
-    def stream(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """One streaming turn: `chat.completion.chunk` dicts, ending before `[DONE]`."""
+    def stream(self, body: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
+        """One streaming turn: batches of `chat.completion.chunk` dicts, ending before `[DONE]`.
+        A batch is what arrived together; the gateway forwards it in one write."""
         ...
 
     async def aclose(self) -> None: ...

@@ -72,14 +72,15 @@ class InspectUpstream:
             "usage": self._usage(body, text),
         }
 
-    async def stream(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, body: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
         text = render(body)
         base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()), "model": str(body.get("model"))}
-        yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+        batch = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
         for line in text.splitlines(keepends=True):
-            yield {**base, "choices": [{"index": 0, "delta": {"content": line}, "finish_reason": None}]}
-        yield {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
-        yield {**base, "choices": [], "usage": self._usage(body, text)}
+            batch.append({**base, "choices": [{"index": 0, "delta": {"content": line}, "finish_reason": None}]})
+        batch.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        batch.append({**base, "choices": [], "usage": self._usage(body, text)})
+        yield batch
 
     async def aclose(self) -> None:
         """Nothing to close."""

@@ -54,12 +54,12 @@ class LiteLLMUpstream:
             raise self._error(exc) from None
         return check_completion(self.name, response.model_dump(exclude_none=True))
 
-    async def stream(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, body: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
         litellm = _litellm()
         try:
             response = await litellm.acompletion(**self._kwargs({**body, "stream": True}))
             async for chunk in response:
-                yield check_chunk(self.name, chunk.model_dump(exclude_none=True))
+                yield [check_chunk(self.name, chunk.model_dump(exclude_none=True))]
         except GatewayError:
             raise
         except Exception as exc:

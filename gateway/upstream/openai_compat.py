@@ -46,32 +46,59 @@ class OpenAICompatUpstream:
             raise UpstreamError(f"upstream '{self.name}' returned a body that is not JSON") from None
         return check_completion(self.name, data)
 
-    async def stream(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, body: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
         payload = json.dumps(body).encode()
+        done = False
         try:
             async with self._http.stream(
                 "POST", self._url, content=payload, headers=self._headers, timeout=self._timeout
             ) as response:
                 if response.status_code >= 400:
                     raise error_for_status(self.name, response.status_code, await response.aread())
-                done = False
-                async for line in response.aiter_lines():
+                events = SseEvents()
+                async for data in response.aiter_bytes():
                     # read on past [DONE] to the end of the body, so the connection is kept alive
-                    if done or not line.startswith("data:"):
+                    if done:
                         continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        done = True
-                        continue
-                    try:
-                        chunk = json.loads(data)
-                    except ValueError:
-                        raise UpstreamError(f"upstream '{self.name}' sent a stream event that is not JSON") from None
-                    yield check_chunk(self.name, chunk)
+                    batch = []
+                    for event in events.feed(data):
+                        if event == b"[DONE]":
+                            done = True
+                            break
+                        batch.append(self._chunk(event))
+                    if batch:
+                        yield batch
         except httpx2.HTTPError as exc:
             raise self._transport_error(exc) from None
         if not done:
             raise UpstreamError(f"upstream '{self.name}' ended the stream without [DONE]")
 
+    def _chunk(self, data: bytes) -> dict[str, Any]:
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise UpstreamError(f"upstream '{self.name}' sent a stream event that is not JSON") from None
+        return check_chunk(self.name, chunk)
+
     async def aclose(self) -> None:
         """The shared client belongs to the app; nothing to close here."""
+
+
+class SseEvents:
+    """Splits a server-sent-event byte stream into the payloads of its `data:` fields."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The data of every event completed by `data` (events end with a blank line)."""
+        self._buffer += data
+        if b"\r" in self._buffer:
+            self._buffer = self._buffer.replace(b"\r\n", b"\n")
+        *complete, self._buffer = self._buffer.split(b"\n\n")
+        payloads = []
+        for event in complete:
+            lines = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
+            if lines:
+                payloads.append(b"\n".join(lines))
+        return payloads

@@ -45,10 +45,10 @@ class Script:
         self.bodies.append(json.loads(json.dumps(body)))
         return self.turns.pop(0)
 
-    async def stream(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, body: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
         self.bodies.append(json.loads(json.dumps(body)))
         for chunk in as_chunks(self.turns.pop(0)):
-            yield chunk
+            yield [chunk]
 
     async def call_tool(self, name: str, arguments: str) -> str:
         self.tool_log.append((name, arguments))
@@ -138,7 +138,7 @@ async def test_a_refusal_in_a_tool_call_stops_the_loop() -> None:
 async def test_streaming_hides_tool_rounds_and_sums_usage() -> None:
     # R: G1, B1
     script = Script(completion(calls=[("search", {"q": "x"})], usage=4), completion("the answer", usage=5))
-    chunks = [c async for c in run_stream(dict(BODY, stream=True), script.io({"search"}), include_usage=True)]
+    chunks = [c async for batch in run_stream(dict(BODY, stream=True), script.io({"search"}), include_usage=True) for c in batch]
     finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0].get("finish_reason")]
     assert finishes == ["stop"]
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == "the answer"
@@ -150,7 +150,7 @@ async def test_streaming_hides_tool_rounds_and_sums_usage() -> None:
 async def test_streaming_returns_client_tool_calls_with_finish_reason_tool_calls() -> None:
     # R: G7
     script = Script(completion(calls=[("client_fn", {"a": 1})]))
-    chunks = [c async for c in run_stream(dict(BODY, stream=True), script.io({"search"}), include_usage=False)]
+    chunks = [c async for batch in run_stream(dict(BODY, stream=True), script.io({"search"}), include_usage=False) for c in batch]
     calls = [c["choices"][0]["delta"]["tool_calls"] for c in chunks if c["choices"] and "tool_calls" in c["choices"][0]["delta"]]
     assert calls == [[{"id": "c0", "type": "function", "function": {"name": "client_fn", "arguments": '{"a": 1}'}, "index": 0}]]
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
