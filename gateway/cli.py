@@ -71,8 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _registrars() -> list:  # type: ignore[type-arg]
     """The sub-command groups of the plugins and the Bridge (each module has `register`)."""
     from gateway.bridge.cli import register as register_bridge
+    from plugins.prompt_guard.cli import register as register_guard
 
-    return [register_bridge]
+    return [register_guard, register_bridge]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
