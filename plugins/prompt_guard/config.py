@@ -46,7 +46,7 @@ class PromptGuardConfig(_Strict):
         default="enforce", description="enforce: a block refuses the request; monitor: log and count only"
     )
     threshold: float = Field(default=0.5, gt=0, le=1, description="score at or above which an item is blocked")
-    rules_file: str | None = Field(default=None, description="YAML rule pack; default config/prompt_guard_rules.yaml")
+    rules_file: str | None = Field(default=None, description="YAML rule pack; default: the shipped plugins/prompt_guard/rules/default.yaml")
     disabled_rules: list[str] = Field(default_factory=list, description="rule, heuristic or 'classifier' ids to switch off")
     detectors: DetectorToggles = Field(default_factory=DetectorToggles)
     allow: list[AllowEntry] = Field(default_factory=list)

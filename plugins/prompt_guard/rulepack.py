@@ -202,5 +202,5 @@ def load_rules(path: str | Path) -> list[Rule]:
     return parse_rules(data, str(path))
 
 
-DEFAULT_RULES = Path(__file__).resolve().parents[2] / "config" / "prompt_guard_rules.yaml"
-"""The pack shipped with the project (`config/prompt_guard_rules.yaml`)."""
+DEFAULT_RULES = Path(__file__).resolve().parent / "rules" / "default.yaml"
+"""The pack shipped inside the package (`plugins/prompt_guard/rules/default.yaml`), so a wheel carries it."""

@@ -27,6 +27,15 @@ def test_the_default_pack_loads_with_unique_ids_and_weights_in_range() -> None:
     assert all(0 < r.weight <= 1 for r in rules)
 
 
+def test_the_default_pack_ships_inside_the_package_as_package_data() -> None:
+    # R: P3 — a wheel carries the pack: it sits in a package folder that pyproject's
+    # package-data globs ("*.yaml") pick up, not in the repository's config/ folder.
+    package = Path(__file__).resolve().parents[2] / "plugins" / "prompt_guard"
+    assert DEFAULT_RULES == package / "rules" / "default.yaml"
+    assert DEFAULT_RULES.is_file() and (DEFAULT_RULES.parent / "__init__.py").is_file()
+    assert not (package.parents[1] / "config" / "prompt_guard_rules.yaml").exists()
+
+
 def test_alternatives_gaps_optional_slots_and_prefixes_match_words() -> None:
     # R: P3
     rules = pack("ignore all? ~3 previous|prior instruction*")

@@ -1,0 +1,1 @@
+"""The shipped default rule pack (`default.yaml`); data only, no code."""
