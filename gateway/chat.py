@@ -59,7 +59,7 @@ def parse_request(raw: bytes) -> dict[str, Any]:
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise BadRequest(f"'messages[{i}]' must be an object with a string 'role'", param=f"messages[{i}]")
-    if "stream" in body and not isinstance(body["stream"], bool):
+    if body.get("stream") is not None and not isinstance(body["stream"], bool):
         raise BadRequest("'stream' must be a boolean", param="stream")
     for name in ("stream_options", "metadata"):
         if body.get(name) is not None and not isinstance(body[name], dict):
@@ -107,33 +107,34 @@ class ChatHandler:
         )
         _strip_conversation_metadata(body)
         budget = self.gw.config.server.request_timeout_seconds
+        status, streaming = 500, False
         try:
             async with asyncio.timeout(budget):
                 upstream_body, table = await self._prepare(route, ctx, body)
                 io = self._turn_io(route, ctx, table)
                 if body.get("stream"):
                     client_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                    return await self._stream(route, ctx, upstream_body, io, client_usage, started)
+                    response = await self._stream(route, ctx, upstream_body, io, client_usage, started)
+                    streaming = True  # from here on the stream's own cleanup ends the request
+                    return response
                 completion, stats = await run_completion(upstream_body, io)
             completion["model"] = completion.get("model") or route.config.model
             if stats.tool_calls or stats.cap_reached:
                 completion["toolgate"] = stats.summary()
             completion = await route.chain.after_model(ctx, body, completion)
+            status = 200
+            return Response(json.dumps(completion, ensure_ascii=False), media_type="application/json")
         except TimeoutError:
-            self._count(route, 504, started)
-            await route.chain.end_request(ctx)
+            status = 504
             raise UpstreamTimeout(f"the request took longer than server.request_timeout_seconds ({budget:g}s)") from None
         except GatewayError as exc:
-            self._count(route, exc.status, started)
-            await route.chain.end_request(ctx)
+            status = exc.status
             raise
-        except BaseException:
-            self._count(route, 500, started)
-            await route.chain.end_request(ctx)
-            raise
-        await route.chain.end_request(ctx)
-        self._count(route, 200, started)
-        return Response(json.dumps(completion, ensure_ascii=False), media_type="application/json")
+        finally:
+            if not streaming:
+                with anyio.CancelScope(shield=True):  # a client that left must not leak sessions
+                    await route.chain.end_request(ctx)
+                self._count(route, status, started)
 
     def _count(self, route: Route, status: int, started: float) -> None:
         self.gw.metrics.requests.labels(route.config.model, str(status)).inc()
