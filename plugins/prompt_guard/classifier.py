@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import accumulate, chain, islice, repeat
 from operator import add, sub
 from pathlib import Path
@@ -95,17 +95,21 @@ class LinearModel:
         return {"format": FORMAT, "bias": self.bias, "window": self.window, "floor": self.floor,
                 "meta": self.meta, "weights": self.weights}
 
+    def _contributions(self, tokens: Sequence[bytes]) -> Iterator[float]:
+        uni = map(self._uni.get, tokens, repeat(0.0))
+        bi = map(self._bi.get, zip(tokens, islice(tokens, 1, None)), repeat(0.0))
+        return map(add, uni, chain(bi, (0.0,)))
+
     def contributions(self, tokens: Sequence[bytes]) -> list[float]:
         """Per-position weight: the token's unigram plus the bigram it starts."""
-        uni = map(self._uni.get, tokens, repeat(0.0))
-        bi = map(self._bi.get, zip(tokens, tokens[1:]), repeat(0.0))
-        return list(map(add, uni, chain(bi, (0.0,))))
+        return list(self._contributions(tokens))
 
     def logit(self, tokens: Sequence[bytes]) -> float:
-        """Bias plus the highest window sum over the tokens."""
+        """Bias plus the highest window sum over the tokens (one pass of C-level iterators:
+        table lookups, prefix sums, then window differences)."""
         if not tokens:
             return self.bias
-        sums = list(accumulate(self.contributions(tokens), initial=0.0))
+        sums = list(accumulate(self._contributions(tokens), initial=0.0))
         w = self.window
         if len(tokens) <= w:
             return self.bias + sums[-1]

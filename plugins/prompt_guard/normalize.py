@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 
 ZERO_WIDTH = frozenset(
     [0x00AD, 0x034F, 0x061C, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x180C, 0x180D, 0x180E]
@@ -56,6 +57,10 @@ _PUNCT = re.compile("[\u00a0-\u00bf\u2010-\u205e\u3000-\u303f]")
 _TAG_RUN = re.compile("[\U000E0020-\U000E007E]+")
 
 
+def _unconfuse(match: re.Match[str]) -> str:
+    return _CONFUSABLES[match.group()]
+
+
 def _token_table() -> bytes:
     table = bytearray(256)
     for b in range(256):
@@ -67,18 +72,65 @@ def _token_table() -> bytes:
 _TOKEN_TABLE = _token_table()
 
 
+_NON_ASCII = re.compile("[^\x00-\x7f]")
+_SIMPLE_RANGES = ((0x00A0, 0x024F), (0x2010, 0x2BFF))
+"""Latin-1/Latin Extended letters and the punctuation, arrow and symbol blocks: the non-ASCII
+characters ordinary documents carry (’ “ ” — → é ñ ©)."""
+
+
+@lru_cache(maxsize=1024)
+def _char_fold(char: str) -> str | None:
+    """What `fold` turns `char` into, when that does not depend on the characters around it.
+
+    True for starters of the `_SIMPLE_RANGES` whose NFKC form holds only starters: NFKC then
+    cannot compose them with a neighbour, so folding them one by one equals folding the whole
+    text. None for anything else (combining marks, invisible characters, other scripts)."""
+    code = ord(char)
+    if code in ZERO_WIDTH or not any(lo <= code <= hi for lo, hi in _SIMPLE_RANGES):
+        return None
+    form = unicodedata.normalize("NFKC", char)
+    if any(unicodedata.combining(c) or unicodedata.category(c).startswith("M") for c in char + form):
+        return None
+    out = _PUNCT.sub(" ", form.translate(_CONFUSABLE_TABLE).casefold())
+    return out if out.lower() == out else None
+
+
+def _fast_fold(text: str) -> str | None:
+    """`fold` for text whose non-ASCII characters all fold on their own (see `_char_fold`):
+    each distinct one is replaced (`str.replace`, in C), and the rest only needs lowercasing.
+    None otherwise."""
+    table: list[tuple[str, str]] = []
+    for char in set(_NON_ASCII.findall(text)):
+        folded = _char_fold(char)
+        if folded is None:
+            return None
+        if folded != char:
+            table.append((char, folded))
+    if any(char in folded for char, _ in table for _, folded in table):
+        return None  # one replacement would feed another: not order-free
+    for char, folded in table:
+        text = text.replace(char, folded)
+    return text.lower()
+
+
 def fold(text: str) -> tuple[str, int]:
     """Normalise `text`; also return how many invisible characters were removed.
 
-    ASCII text (the common case) only needs lowercasing; other text goes through NFKC,
-    loses its invisible and tag characters, has confusables folded and Unicode punctuation
-    turned into spaces, and is case-folded.
+    ASCII text (the common case) only needs lowercasing, and so does text whose only non-ASCII
+    characters are ordinary punctuation, symbols and accented Latin letters (replaced one by
+    one). Other text goes through NFKC, loses its invisible and tag characters, has confusables
+    folded and Unicode punctuation turned into spaces, and is case-folded.
     """
     if text.isascii():
         return text.lower(), 0
+    fast = _fast_fold(text)
+    if fast is not None:
+        return fast, 0
     folded, hidden = _INVISIBLE.subn("", unicodedata.normalize("NFKC", text))
     if _CONFUSABLE.search(folded):
-        folded = folded.translate(_CONFUSABLE_TABLE)
+        # Only the look-alikes are touched: `str.translate` with a dict walks every character
+        # in Python-level lookups and costs ~0.1 s per MB.
+        folded = _CONFUSABLE.sub(_unconfuse, folded)
     return _PUNCT.sub(" ", folded.casefold()), hidden
 
 

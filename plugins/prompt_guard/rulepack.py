@@ -16,8 +16,9 @@ backtrack catastrophically (P5).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import compress, count
 from pathlib import Path
 from typing import Any
 
@@ -102,10 +103,17 @@ def _match_rest(slots: Sequence[Slot], k: int, tokens: Sequence[bytes], pos: int
         return True
     slot = slots[k]
     end = min(len(tokens), pos + slot.gap + 1)
+    if not slot.prefixes and slot.words.isdisjoint(tokens[pos:end]):
+        return slot.optional and _match_rest(slots, k + 1, tokens, pos)
     for p in range(pos, end):
         if slot.accepts(tokens[p]) and _match_rest(slots, k + 1, tokens, p + 1):
             return True
     return slot.optional and _match_rest(slots, k + 1, tokens, pos)
+
+
+def _positions(tokens: Sequence[bytes], words: Collection[bytes]) -> Iterator[int]:
+    """The positions of `words` in `tokens`, in order (one C-level pass: `map` + `compress`)."""
+    return compress(count(), map(words.__contains__, tokens))
 
 
 class RulePack:
@@ -141,14 +149,15 @@ class RulePack:
         fired: dict[str, Rule] = {}
         present = self._words.intersection(tokens)
         live: dict[bytes, list[tuple[Rule, tuple[Slot, ...]]]] = {}
+        disjoint = present.isdisjoint
         for index in sorted({i for word in self._gates.keys() & present for i in self._gates[word]}):
             rule, pattern, required = self._patterns[index]
             # Only patterns whose every required word occurs somewhere can match at all.
-            if rule.id not in fired and all(not ws.isdisjoint(present) for ws in required):
+            if rule.id not in fired and not any(map(disjoint, required)):
                 for word in pattern[0].words & present:
                     live.setdefault(word, []).append((rule, pattern))
         if live:
-            for i in [i for i, token in enumerate(tokens) if token in live]:
+            for i in _positions(tokens, live):
                 for rule, pattern in live[tokens[i]]:
                     if rule.id not in fired and _match_rest(pattern, 1, tokens, i + 1):
                         fired[rule.id] = rule
