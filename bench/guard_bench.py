@@ -28,6 +28,8 @@ KEYWORDS = [
     "you are now", "developer mode", "jailbreak", "reveal your", "new instructions", "do anything now",
     "<|im_start|>", "[inst]", "forget your instructions", "override", "pwned", "act as",
 ]
+STRICT_THRESHOLD = 0.75
+"""A stricter setting measured alongside the default, to show the recall/FPR trade-off."""
 TOOL_KINDS = {"code", "email", "web", "file", "ticket", "tool_output"}
 
 
@@ -99,6 +101,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer rounds (smoke run)")
     args = parser.parse_args()
     guard = build_guard(PromptGuardConfig(type="prompt_guard"))
+    strict = build_guard(PromptGuardConfig(type="prompt_guard", threshold=STRICT_THRESHOLD))
     rows = load_rows(HELDOUT)
     small, big = corpus(rows)
     rounds = 2 if args.quick else 10
@@ -113,6 +116,7 @@ def main() -> None:
     ]
     results = {}
     for name, scan in (("prompt_guard (default config)", lambda t: guard.scan(t).blocked),
+                       (f"prompt_guard, threshold {STRICT_THRESHOLD}", lambda t: strict.scan(t).blocked),
                        ("baseline: str.lower() + in, 16 keywords", keyword_scan)):
         latencies(scan, small, 1)  # warm-up: first touches of the model tables and regex caches
         lat = sorted(latencies(scan, small, rounds))

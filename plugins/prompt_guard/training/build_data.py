@@ -39,6 +39,8 @@ PY313 = "/root/.pyenv/versions/3.13.0/lib/python3.13"
 RUST = "/root/.rustup/toolchains/stable-x86_64-unknown-linux-gnu/share/doc/rust/html"
 VENV = "/work/venv/lib/python3.11/site-packages"
 GCLOUD = "/usr/lib/google-cloud-sdk/lib"
+RUST_TRAIN_BOOKS = ("cargo", "edition-guide", "embedded-book", "nomicon", "reference", "rustc", "clippy")
+"""Rust toolchain books used for training; `book` and `rust-by-example` are held out."""
 
 TRAIN_WRAPPERS = ["{inj}", "<!-- {inj} -->", "Note to AI: {inj}", "IMPORTANT: {inj}", '"comment": "{inj}"',
                   "# {inj}", "> {inj}", "\n\n{inj}\n\n"]
@@ -141,6 +143,11 @@ def documents(split: str, rng: random.Random) -> list[tuple[str, str, str]]:
             docs.append(("npm-docs", "web", read(p)))
         for p in sorted(glob.glob("/usr/share/doc/libxslt1-dev/**/*.html", recursive=True))[:150]:
             docs.append(("libxslt-html", "web", html_text(p)))
+        # Other mdBook books of the Rust toolchain (not the Book or Rust by Example, which are
+        # held out): web pages with the same kind of navigation text around the prose.
+        for sub in RUST_TRAIN_BOOKS:
+            for p in sorted(glob.glob(f"{RUST}/{sub}/**/*.html", recursive=True))[::2][:60]:
+                docs.append(("rust-toolchain-books", "web", html_text(p)))
     else:
         for p in sorted(glob.glob(f"{PY313}/*.py"))[:400]:
             docs.append(("cpython-stdlib", "code", read(p)))
