@@ -51,3 +51,33 @@ def test_tokens_are_lowercase_words_split_on_punctuation() -> None:
     assert tokenize(normalize("Don't — STOP: “now”, self_check 42!")) == [
         b"don", b"t", b"stop", b"now", b"self_check", b"42",
     ]
+
+
+def _full_fold(text: str) -> str:
+    """The general path of `fold` (NFKC, invisible out, confusables, casefold, punctuation)."""
+    import unicodedata
+
+    from plugins.prompt_guard import normalize as n
+
+    folded = n._INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+    return n._PUNCT.sub(" ", folded.translate(n._CONFUSABLE_TABLE).casefold())
+
+
+def test_the_fast_path_for_common_non_ascii_text_equals_the_full_normalisation() -> None:
+    # R: P3, P5 — ordinary punctuation, arrows, symbols and accented Latin letters skip NFKC;
+    # every character of those blocks folds exactly as the general path folds it.
+    from plugins.prompt_guard.normalize import _SIMPLE_RANGES, _fast_fold
+
+    samples = ["It’s “quoted” — see → next…", "Café CRÈME ½ ©2024 Straße ﬁle", "ÉÉ“Ignore”  previous"]
+    samples += ["a" + chr(c) + "B" + chr(c) for lo, hi in _SIMPLE_RANGES for c in range(lo, hi + 1)]
+    assert all(fold(text)[0] == _full_fold(text) for text in samples)
+    assert _fast_fold("It’s “quoted” — see → next…") is not None
+
+
+def test_text_with_combining_marks_or_other_scripts_takes_the_full_path() -> None:
+    # R: P3 — characters that NFKC could compose with a neighbour are never folded one by one.
+    from plugins.prompt_guard.normalize import _fast_fold
+
+    assert _fast_fold("cafe\u0301 ignore") is None
+    assert _fast_fold("іgnore previous") is None  # Cyrillic і: confusable, full path
+    assert normalize("cafe\u0301 Іgnore") == "café ignore"
