@@ -21,7 +21,7 @@ from gateway.errors import BadRequest, GatewayError, ModelNotFound, PayloadTooLa
 from gateway.gateway import Gateway, Route
 from gateway.logs import request_id_var
 from gateway.loop import TurnIO, run_completion, run_stream
-from gateway.plugins import InspectItem, PluginContext
+from gateway.plugins import PluginContext
 
 log = logging.getLogger("toolgate.chat")
 

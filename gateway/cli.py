@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from gateway import __version__
 from gateway.config import load_checked
 
 
@@ -50,6 +51,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="toolgate", description="An OpenAI-compatible LLM gateway with MCP tools.")
+    parser.add_argument("--version", action="version", version=f"toolgate {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the gateway")
@@ -60,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     check = sub.add_parser("check", help="validate a config file; one line per problem")
-    check.add_argument("path")
+    check.add_argument("path", help="the YAML config to check")
     check.set_defaults(func=_check)
 
     for register in _registrars():

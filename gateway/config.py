@@ -113,27 +113,32 @@ class Config(_Strict):
     bridge: BridgeConfig | None = None
     base_dir: Path = Field(default=Path("."), exclude=True, description="folder of the YAML file")
 
-    @model_validator(mode="after")
-    def _references(self) -> "Config":
-        names = [u.name for u in self.upstreams]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"upstream names must be unique: {', '.join(dup)}")
-        models = [r.model for r in self.routes]
-        dup = sorted({m for m in models if models.count(m) > 1})
-        if dup:
-            raise ValueError(f"route models must be unique: {', '.join(dup)}")
-        for route in self.routes:
-            if route.upstream not in names:
-                raise ValueError(f"route {route.model!r} names upstream {route.upstream!r}, which is not defined")
-            ids = [getattr(p, "id", None) for p in route.plugins]
-            dup = sorted({i for i in ids if i is not None and ids.count(i) > 1})
-            if dup:
-                raise ValueError(f"route {route.model!r}: plugin ids must be unique within a chain: {', '.join(dup)}")
-        return self
-
     def upstream(self, name: str) -> UpstreamConfig:
         return next(u for u in self.upstreams if u.name == name)
+
+
+def reference_problems(config: Config) -> list[tuple[str, str]]:
+    """(dotted path, message) for every reference between sections that does not hold."""
+    problems: list[tuple[str, str]] = []
+
+    def duplicates(values: list[str]) -> set[str]:
+        return {v for v in values if values.count(v) > 1}
+
+    names = [u.name for u in config.upstreams]
+    for i, upstream in enumerate(config.upstreams):
+        if upstream.name in duplicates(names):
+            problems.append((f"upstreams.{i}.name", f"upstream name {upstream.name!r} is used more than once"))
+    models = [r.model for r in config.routes]
+    for i, route in enumerate(config.routes):
+        if route.model in duplicates(models):
+            problems.append((f"routes.{i}.model", f"route model {route.model!r} is used more than once"))
+        if route.upstream not in names:
+            problems.append((f"routes.{i}.upstream", f"names upstream {route.upstream!r}, which is not defined in 'upstreams'"))
+        ids = [p.id for p in route.plugins]
+        for j, plugin in enumerate(route.plugins):
+            if plugin.id in duplicates(ids):
+                problems.append((f"routes.{i}.plugins.{j}.id", f"plugin id {plugin.id!r} is used more than once in this chain"))
+    return problems
 
 
 class ConfigError(Exception):
@@ -161,6 +166,9 @@ def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = No
             msg = err["msg"].removeprefix("Value error, ")
             problems.append(f"{source}: {_dotted(err['loc'])}: {msg}")
         raise ConfigError(problems) from None
+    references = reference_problems(config)
+    if references:
+        raise ConfigError([f"{source}: {path}: {message}" for path, message in references])
     return config
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.http_server import ServerThread, serve
+from tests.support.http_server import serve
 from tests.support.upstream import ScriptedUpstream
 
 

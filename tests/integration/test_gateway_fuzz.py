@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.support.gateway import running_gateway, simple_config
-from tests.support.http_server import ServerThread, serve
+from tests.support.http_server import serve
 from tests.support.upstream import ScriptedUpstream
 
 json_values = st.recursive(

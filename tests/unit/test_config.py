@@ -51,11 +51,21 @@ def test_a_literal_secret_in_the_config_is_refused(tmp_path: Path) -> None:
     assert "sk-live-123" not in str(caught.value)
 
 
-def test_references_between_sections_are_checked() -> None:
+def test_every_broken_reference_between_sections_is_reported_with_its_path() -> None:
     # R: G8
     with pytest.raises(ConfigError) as caught:
-        parse_config({"upstreams": [{"name": "u", "kind": "inspect"}], "routes": [{"model": "m", "upstream": "missing"}]}, "cfg")
-    assert caught.value.problems == ["cfg: (top level): route 'm' names upstream 'missing', which is not defined"]
+        parse_config({"upstreams": [{"name": "u", "kind": "inspect"}, {"name": "u", "kind": "inspect"}],
+                      "routes": [{"model": "m", "upstream": "missing"}, {"model": "m", "upstream": "u", "plugins": [
+                          {"type": "prompt_guard"}, {"type": "prompt_guard"}]}]}, "cfg")
+    assert caught.value.problems == [
+        "cfg: upstreams.0.name: upstream name 'u' is used more than once",
+        "cfg: upstreams.1.name: upstream name 'u' is used more than once",
+        "cfg: routes.0.model: route model 'm' is used more than once",
+        "cfg: routes.0.upstream: names upstream 'missing', which is not defined in 'upstreams'",
+        "cfg: routes.1.model: route model 'm' is used more than once",
+        "cfg: routes.1.plugins.0.id: plugin id 'prompt_guard' is used more than once in this chain",
+        "cfg: routes.1.plugins.1.id: plugin id 'prompt_guard' is used more than once in this chain",
+    ]
 
 
 def test_prefetch_tool_outside_the_filter_is_rejected() -> None:
