@@ -76,6 +76,8 @@ _NON_ASCII = re.compile("[^\x00-\x7f]")
 _SIMPLE_RANGES = ((0x00A0, 0x024F), (0x2010, 0x2BFF))
 """Latin-1/Latin Extended letters and the punctuation, arrow and symbol blocks: the non-ASCII
 characters ordinary documents carry (’ “ ” — → é ñ ©)."""
+_BIG = 64 * 1024
+_OUTSIDE_SIMPLE = re.compile("[^\x00-\x7f" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _SIMPLE_RANGES) + "]")
 
 
 @lru_cache(maxsize=1024)
@@ -99,8 +101,16 @@ def _fast_fold(text: str) -> str | None:
     """`fold` for text whose non-ASCII characters all fold on their own (see `_char_fold`):
     each distinct one is replaced (`str.replace`, in C), and the rest only needs lowercasing.
     None otherwise."""
+    if len(text) > _BIG:
+        # Large texts: stop at the first character of another script, and collect the
+        # distinct characters with `set` (cheaper than listing every non-ASCII one).
+        if _OUTSIDE_SIMPLE.search(text):
+            return None
+        chars = {c for c in set(text) if c > "\x7f"}
+    else:
+        chars = set(_NON_ASCII.findall(text))
     table: list[tuple[str, str]] = []
-    for char in set(_NON_ASCII.findall(text)):
+    for char in chars:
         folded = _char_fold(char)
         if folded is None:
             return None
