@@ -16,6 +16,7 @@ backtrack catastrophically (P5).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import compress, count
@@ -109,6 +110,29 @@ def _match_rest(slots: Sequence[Slot], k: int, tokens: Sequence[bytes], pos: int
         if slot.accepts(tokens[p]) and _match_rest(slots, k + 1, tokens, p + 1):
             return True
     return slot.optional and _match_rest(slots, k + 1, tokens, pos)
+
+
+def literal_pattern(literals: Iterable[str]) -> str:
+    """One regex that finds any of `literals`, written as a trie (`<(?:<sys>>|\\|im_start…)`).
+
+    At each position the engine follows one branch per character instead of trying every
+    literal in turn, and a longer literal wins over its own prefix (an optional tail is
+    greedy), as in a longest-first alternation. Plain literals only: linear time (P5)."""
+    trie: dict[str, dict] = {}
+    for literal in literals:
+        node = trie
+        for char in literal:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def build(node: dict[str, dict]) -> str:
+        alts = [re.escape(char) + build(child) for char, child in sorted(node.items()) if char]
+        if not alts:
+            return ""
+        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        return "(?:" + body + ")?" if "" in node else body
+
+    return build(trie)
 
 
 def _positions(tokens: Sequence[bytes], words: Collection[bytes]) -> Iterator[int]:

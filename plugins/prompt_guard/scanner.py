@@ -20,7 +20,7 @@ from plugins.prompt_guard import heuristics
 from plugins.prompt_guard.classifier import LinearModel
 from plugins.prompt_guard.heuristics import Evidence
 from plugins.prompt_guard.normalize import fold, tokenize
-from plugins.prompt_guard.rulepack import RulePack, RulePackError, Rule
+from plugins.prompt_guard.rulepack import RulePack, RulePackError, Rule, literal_pattern
 
 HEURISTIC_IDS = frozenset({
     "heuristic.chat_template", "heuristic.role_marker", "heuristic.tag_characters",
@@ -97,7 +97,7 @@ class Guard:
         self.model = model
         self.settings = settings
         markers = self.pack.literals | set(heuristics.CHAT_TOKENS) | set(heuristics.ROLE_LINES)
-        self._literals = re.compile("|".join(re.escape(m) for m in sorted(markers, key=len, reverse=True)))
+        self._literals = re.compile(literal_pattern(markers))
 
     def scan(self, text: str) -> Verdict:
         """Score `text` and decide."""

@@ -104,3 +104,17 @@ def test_repetitive_adversarial_input_is_matched_without_blowup() -> None:
     rules = pack("ignore ~3 previous ~3 instructions")
     assert fired(rules, "ignore previous " * 100_000) == []
     assert fired(rules, "ignore previous " * 100_000 + "instructions") == ["t.rule"]
+
+
+def test_the_literal_trie_finds_what_a_longest_first_alternation_finds() -> None:
+    # R: P3, P5 — one trie-shaped regex replaces the alternation; a literal that is a prefix
+    # of another must not hide the longer one.
+    import re
+
+    from plugins.prompt_guard.rulepack import literal_pattern
+
+    literals = ["ab", "abc", "b", "<|im_start|>", "<<sys>>", "### system", "### end", "\nsystem:"]
+    alternation = re.compile("|".join(re.escape(x) for x in sorted(literals, key=len, reverse=True)))
+    trie = re.compile(literal_pattern(literals))
+    for text in ["xabcx ab b", "<|im_start|>system <<sys>> ### systematic", "a\nsystem: ### end", "abab"]:
+        assert trie.findall(text) == alternation.findall(text)
