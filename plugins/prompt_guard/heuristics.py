@@ -98,30 +98,41 @@ def _printable(data: bytes) -> str | None:
         return None
 
 
-def _mask_table() -> bytes:
+_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-"
+
+
+def _byte_table(alphabet: bytes, equals: int) -> bytes:
+    """A `bytes.translate` table: the alphabet to `x`, `=` to `equals`, the rest to a space."""
     table = bytearray(b" " * 256)
-    for char in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-":
+    for char in alphabet:
         table[char] = ord("x")
-    table[ord("=")] = ord("=")
+    table[ord("=")] = equals
     return bytes(table)
 
 
-_MASK = _mask_table()
-_MASK_RUN = re.compile(rb"[x=]{24,}")
+_MASK = _byte_table(_ALPHABET, ord("="))
 _MIN_RUN = b"x" * 24
 
 
 def _blob_runs(raw: str) -> str:
-    """The runs of base64/hex alphabet (and `=`) where a blob of 24+ characters can hide,
+    """The runs of base64/hex alphabet (and `=`) of 24+ characters, where a blob can hide,
     joined by spaces; "" when there is none.
 
-    A byte table maps the alphabet to `x` and everything else to a space, so the common case,
-    no run of 24, costs one `translate` and one substring search, both in C."""
+    A byte table maps the alphabet to `x` and everything else to a space; the runs are then
+    found with `bytes.find` (C substring search), and the common case, no run of 24, costs
+    one `translate` and one search. Runs only long thanks to `=` cannot hold a blob and are
+    skipped."""
     data = raw.encode("utf-8", "surrogatepass")
     mask = data.translate(_MASK)
-    if _MIN_RUN not in mask:
-        return ""
-    return " ".join(data[m.start() : m.end()].decode("ascii") for m in _MASK_RUN.finditer(mask))
+    runs: list[bytes] = []
+    pos = mask.find(_MIN_RUN)
+    while pos >= 0:
+        start = mask.rfind(b" ", 0, pos) + 1
+        end = mask.find(b" ", pos)
+        end = len(mask) if end < 0 else end
+        runs.append(data[start:end])
+        pos = mask.find(_MIN_RUN, end)
+    return b" ".join(runs).decode("ascii")
 
 
 def decoded_blobs(raw: str) -> list[str]:
