@@ -43,13 +43,28 @@ async def one(client: httpx2.AsyncClient, url: str, stream: bool, headers: dict[
     return elapsed, elapsed
 
 
-async def measure(url: str, stream: bool, n: int, headers: dict[str, str]) -> dict[str, float]:
+async def serial(targets: list[tuple[str, str, dict[str, str]]], stream: bool, n: int) -> dict[str, tuple[list[float], list[float]]]:
+    """Concurrency 1, targets interleaved in blocks of 20 so drift on a shared machine hits all alike."""
+    samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name, _, _ in targets}
+    async with httpx2.AsyncClient(timeout=60) as client:
+        for name, url, headers in targets:
+            for _ in range(30):
+                await one(client, url, stream, headers)
+        for _ in range(max(1, n // 20)):
+            for name, url, headers in targets:
+                for _ in range(20):
+                    first, total = await one(client, url, stream, headers)
+                    samples[name][0].append(first)
+                    samples[name][1].append(total)
+    return samples
+
+
+async def throughput(url: str, stream: bool, n: int, headers: dict[str, str]) -> float:
+    """Requests per second with 50 concurrent clients."""
     async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=100, max_keepalive_connections=100)) as client:
         for _ in range(50):
             await one(client, url, stream, headers)
-        serial = [await one(client, url, stream, headers) for _ in range(n)]
-        firsts, totals = sorted(s[0] for s in serial), sorted(s[1] for s in serial)
-        queue = list(range(n * 3))
+        queue = list(range(n))
 
         async def worker() -> None:
             while queue:
@@ -58,13 +73,13 @@ async def measure(url: str, stream: bool, n: int, headers: dict[str, str]) -> di
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(50)))
-        rps = n * 3 / (time.perf_counter() - started)
-    return {
-        "median": statistics.median(totals) * 1000,
-        "p95": totals[int(len(totals) * 0.95)] * 1000,
-        "ttfb": statistics.median(firsts) * 1000,
-        "rps": rps,
-    }
+        return n / (time.perf_counter() - started)
+
+
+def summarise(firsts: list[float], totals: list[float], rps: float) -> dict[str, float]:
+    totals, firsts = sorted(totals), sorted(firsts)
+    return {"median": statistics.median(totals) * 1000, "p95": totals[int(len(totals) * 0.95)] * 1000,
+            "ttfb": statistics.median(firsts) * 1000, "rps": rps}
 
 
 def gateway_config(stub: str) -> str:
@@ -114,9 +129,11 @@ def main() -> int:
             procs.append(ll.start())
             targets.append(("LiteLLM proxy", ll.url + "/v1/chat/completions", {"authorization": "Bearer sk-bench-master"}))
         rows = {}
-        for name, url, headers in targets:
-            for stream in (False, True):
-                rows[(name, stream)] = asyncio.run(measure(url, stream, args.requests, headers))
+        for stream in (False, True):
+            samples = asyncio.run(serial(targets, stream, args.requests))
+            for name, url, headers in targets:
+                rps = asyncio.run(throughput(url, stream, args.requests * 3, headers))
+                rows[(name, stream)] = summarise(*samples[name], rps)
                 print(name, "stream" if stream else "json", {k: round(v, 2) for k, v in rows[(name, stream)].items()}, flush=True)
     finally:
         for proc in reversed(procs):
@@ -130,7 +147,8 @@ def main() -> int:
 
 def render(rows: dict[tuple[str, bool], dict[str, float]], n: int) -> str:
     base = {s: rows[("direct to the stub", s)] for s in (False, True)}
-    lines = [f"Measured {time.strftime('%Y-%m-%d')} on {machine()}; {n} sequential requests at c=1, {3 * n} at c=50, loopback.", "",
+    lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}; loopback; {n} requests per path at c=1 "
+             f"(paths interleaved in blocks of 20), {3 * n} at c=50.", "",
              "| path | mode | c=1 median | added | c=1 p95 | c=50 req/s | TTFB median | TTFB added |",
              "|---|---|---|---|---|---|---|---|"]
     for (name, stream), r in rows.items():
