@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 from collections.abc import Iterator
 
 import httpx2
 import openai
 import pytest
 
+from tests.support.logs import captured_logs
 from tests.support.gateway import client, running_gateway, simple_config
 from tests.support.http_server import ServerThread, serve
 from tests.support.mcp_servers import McpServerState, http_app
@@ -29,15 +29,8 @@ def mcp() -> Iterator[ServerThread]:
 
 @pytest.fixture
 def guard_log() -> Iterator[io.StringIO]:
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    logger = logging.getLogger("toolgate.guard")
-    logger.addHandler(handler)
-    old = logger.level
-    logger.setLevel(logging.INFO)
-    yield stream
-    logger.removeHandler(handler)
-    logger.setLevel(old)
+    with captured_logs("toolgate.guard") as stream:
+        yield stream
 
 
 def chain(mcp: ServerThread, mode: str) -> list[dict[str, object]]:

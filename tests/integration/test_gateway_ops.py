@@ -12,6 +12,7 @@ import pytest
 
 from gateway.logs import JsonFormatter
 from gateway.secrets import SecretSet
+from tests.support.logs import captured_logs
 from tests.support.gateway import client, running_gateway, simple_config
 from tests.support.upstream import Reply, ScriptedUpstream
 
@@ -22,16 +23,8 @@ CANARY_API = "tg-canary-api-key-51be2d"
 
 @pytest.fixture
 def json_logs():  # type: ignore[no-untyped-def]
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("toolgate")
-    logger.addHandler(handler)
-    old = logger.level
-    logger.setLevel(logging.INFO)
-    yield stream
-    logger.removeHandler(handler)
-    logger.setLevel(old)
+    with captured_logs("toolgate") as stream:
+        yield stream
 
 
 def test_health_readiness_and_metrics(upstream: ScriptedUpstream) -> None:
