@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,9 +54,40 @@ class LoopStats:
         return {"tool_calls": self.tool_calls, "rounds": self.rounds, "tool_cap_reached": self.cap_reached}
 
 
+def _arguments(value: Any) -> str:
+    """Arguments as the JSON text OpenAI specifies; a model that sent an object gets it encoded."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "{}"
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return "{}"
+
+
+def normalise_calls(calls: Any) -> list[dict[str, Any]]:
+    """The model's tool calls in the shape OpenAI clients and upstreams require: entries that are
+    not objects or carry no string name (nobody could run them) are dropped; a missing id is
+    generated (the tool message must answer an id); arguments become JSON text."""
+    if not isinstance(calls, list):
+        return []
+    out = []
+    for call in calls:
+        if not isinstance(call, dict):
+            continue
+        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            continue
+        call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else f"call_{uuid.uuid4().hex[:24]}"
+        out.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": _arguments(fn.get("arguments"))}})
+    return out
+
+
 def _split_calls(calls: list[dict[str, Any]], gateway: frozenset[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    mine = [c for c in calls if c.get("function", {}).get("name") in gateway]
-    theirs = [c for c in calls if c.get("function", {}).get("name") not in gateway]
+    mine = [c for c in calls if c["function"]["name"] in gateway]
+    theirs = [c for c in calls if c["function"]["name"] not in gateway]
     return mine, theirs
 
 
@@ -65,8 +98,7 @@ async def _run_round(io: TurnIO, stats: LoopStats, messages: list[dict[str, Any]
     run, refused = calls[:remaining], calls[remaining:]
 
     async def one(call: dict[str, Any]) -> str:
-        fn = call.get("function", {})
-        return await io.call_tool(fn.get("name", ""), fn.get("arguments") or "{}")
+        return await io.call_tool(call["function"]["name"], call["function"]["arguments"] or "{}")
 
     results: list[str] = []
     if run:
@@ -101,14 +133,15 @@ async def run_completion(body: dict[str, Any], io: TurnIO) -> tuple[dict[str, An
         stats.add_usage(response.get("usage"))
         choice = response["choices"][0]
         message = choice["message"]
-        mine, theirs = _split_calls(message.get("tool_calls") or [], io.gateway_tools)
+        mine, theirs = _split_calls(normalise_calls(message.get("tool_calls")), io.gateway_tools)
         if theirs:  # G7: the client's own tool calls end the loop and go back to the client
             message["tool_calls"] = theirs
             choice["finish_reason"] = "tool_calls"
         if theirs or not mine or stats.cap_reached:
-            if stats.cap_reached and mine:
+            if not theirs:  # nothing for the client to run: gateway calls past the cap, or malformed ones
                 message.pop("tool_calls", None)
-                choice["finish_reason"] = "stop"
+                if choice.get("finish_reason") == "tool_calls":
+                    choice["finish_reason"] = "stop"
             if stats.usage:
                 response["usage"] = {**(response.get("usage") or {}), **stats.usage}
             return response, stats
@@ -125,22 +158,25 @@ class _ChunkAccumulator:
     def add(self, delta: dict[str, Any]) -> None:
         if isinstance(delta.get("content"), str):
             self.content.append(delta["content"])
-        for part in delta.get("tool_calls") or []:
-            index = part.get("index", 0)
+        parts = delta.get("tool_calls")
+        for part in parts if isinstance(parts, list) else []:
+            if not isinstance(part, dict):
+                continue
+            index = part.get("index") if isinstance(part.get("index"), int) else 0
             call = self.calls.setdefault(index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
-            if part.get("id"):
+            if isinstance(part.get("id"), str) and part["id"]:
                 call["id"] = part["id"]
-            fn = part.get("function") or {}
-            if fn.get("name"):
+            fn = part.get("function") if isinstance(part.get("function"), dict) else {}
+            if isinstance(fn.get("name"), str):
                 call["function"]["name"] += fn["name"]
-            if fn.get("arguments"):
-                call["function"]["arguments"] += fn["arguments"]
+            if fn.get("arguments") is not None:
+                call["function"]["arguments"] += _arguments(fn["arguments"])
 
     def message(self) -> dict[str, Any]:
         return {"role": "assistant", "content": "".join(self.content) or None}
 
     def tool_calls(self) -> list[dict[str, Any]]:
-        return [self.calls[i] for i in sorted(self.calls)]
+        return normalise_calls([self.calls[i] for i in sorted(self.calls)])
 
 
 async def run_stream(body: dict[str, Any], io: TurnIO, include_usage: bool) -> AsyncIterator[list[dict[str, Any]]]:
@@ -162,8 +198,8 @@ async def run_stream(body: dict[str, Any], io: TurnIO, include_usage: bool) -> A
                     continue
                 if head is None:
                     head = {k: chunk[k] for k in ("id", "object", "created", "model") if k in chunk}
-                choice = choices[0]
-                delta = dict(choice.get("delta") or {})
+                choice = choices[0] if isinstance(choices[0], dict) else {}
+                delta = dict(choice["delta"]) if isinstance(choice.get("delta"), dict) else {}
                 acc.add(delta)
                 finish = choice.get("finish_reason") or finish
                 delta.pop("tool_calls", None)

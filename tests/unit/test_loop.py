@@ -154,3 +154,63 @@ async def test_streaming_returns_client_tool_calls_with_finish_reason_tool_calls
     calls = [c["choices"][0]["delta"]["tool_calls"] for c in chunks if c["choices"] and "tool_calls" in c["choices"][0]["delta"]]
     assert calls == [[{"id": "c0", "type": "function", "function": {"name": "client_fn", "arguments": '{"a": 1}'}, "index": 0}]]
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def _raw(calls: Any, content: str | None = None) -> dict[str, Any]:
+    return {"id": "x", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "tool_calls": calls}, "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+async def test_malformed_gateway_tool_calls_are_repaired_not_a_crash() -> None:
+    # R: B1
+    calls = [
+        {"type": "function", "function": {"name": "search", "arguments": {"q": "x"}}},  # no id, object arguments
+        "not a call",
+        {"id": "c2", "function": None},
+    ]
+    script = Script(_raw(calls), completion("done"))
+    response, stats = await run_completion(dict(BODY), script.io({"search"}))
+    assert response["choices"][0]["message"] == {"role": "assistant", "content": "done"}
+    assert script.tool_log == [("search", '{"q": "x"}')]
+    sent = script.bodies[1]["messages"]
+    call_id = sent[-2]["tool_calls"][0]["id"]
+    assert call_id.startswith("call_")
+    assert sent[-2]["tool_calls"] == [{"id": call_id, "type": "function", "function": {"name": "search", "arguments": '{"q": "x"}'}}]
+    assert sent[-1] == {"role": "tool", "tool_call_id": call_id, "content": "result of search"}
+
+
+async def test_client_tool_call_with_object_arguments_and_no_id_reaches_the_client_well_formed() -> None:
+    # R: G7
+    script = Script(_raw([{"function": {"name": "lookup", "arguments": {"k": 1}}}, {"id": "c1", "function": {"name": ["search"]}}]))
+    response, _ = await run_completion(dict(BODY), script.io({"search"}))
+    calls = response["choices"][0]["message"]["tool_calls"]
+    assert calls == [{"id": calls[0]["id"], "type": "function", "function": {"name": "lookup", "arguments": '{"k": 1}'}}]
+    assert calls[0]["id"].startswith("call_")
+    assert response["choices"][0]["finish_reason"] == "tool_calls"
+    assert script.tool_log == []
+
+
+async def test_tool_calls_that_are_not_a_list_end_the_loop_without_them() -> None:
+    # R: B1
+    script = Script(_raw("garbage", content="hi"))
+    response, _ = await run_completion(dict(BODY), script.io({"search"}))
+    assert response["choices"][0]["message"] == {"role": "assistant", "content": "hi"}
+    assert response["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_streamed_malformed_tool_call_deltas_do_not_crash() -> None:
+    # R: B1, G1
+    async def stream(body: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
+        yield [{"id": "x", "choices": ["bad"]},
+               {"id": "x", "choices": [{"index": 0, "delta": "bad"}]},
+               {"id": "x", "choices": [{"index": 0, "delta": {"tool_calls": ["bad", {"index": None, "function": {"name": 5}}, {"index": None, "function": {"name": "lookup", "arguments": {"a": 1}}}]}}]},
+               {"id": "x", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}]
+
+    script = Script()
+    io = TurnIO(script.complete, stream, script.call_tool, frozenset({"search"}), 10)
+    batches = [b async for b in run_stream(dict(BODY), io, include_usage=False)]
+    calls = batches[-1][0]["choices"][0]["delta"]["tool_calls"]
+    assert [(c["index"], c["type"], c["function"]) for c in calls] == [(0, "function", {"name": "lookup", "arguments": '{"a": 1}'})]
+    assert calls[0]["id"].startswith("call_")
+    assert batches[-1][1]["choices"][0]["finish_reason"] == "tool_calls"
