@@ -96,7 +96,9 @@ class Authenticator:
             )
         except jwt.ExpiredSignatureError:
             raise Unauthorized("invalid token: expired") from None
-        except jwt.InvalidTokenError as exc:
+        except (jwt.PyJWTError, ValueError, TypeError) as exc:
+            # a token whose `alg` names another key family (HS256 against a public key, RS256 or
+            # ES256 against an HMAC secret) fails in key preparation, outside InvalidTokenError
             raise Unauthorized(f"invalid token: {type(exc).__name__}") from None
 
         def claim(name: str) -> str | None:

@@ -125,3 +125,37 @@ def test_jwt_signed_with_a_key_from_the_jwks_url_is_accepted(upstream: ScriptedU
             with pytest.raises(openai.AuthenticationError) as caught:
                 client(gw, forged).chat.completions.create(model="assistant", messages=USER)
     assert "InvalidSignatureError" in caught.value.message
+
+
+def test_jwt_whose_alg_names_another_key_family_gets_401_not_500(monkeypatch: pytest.MonkeyPatch) -> None:
+    # R: G3
+    import base64
+    import json as _json
+    from pathlib import Path
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    monkeypatch.setenv("JWT_SECRET", "s3cret-for-hmac-signing-0123456789")
+    monkeypatch.setenv("JWT_PUBLIC", pem)
+    by_secret = Authenticator(AuthConfig(mode="jwt", jwt={"secret": "env:JWT_SECRET"}), Path("."), SecretSet())
+    by_public = Authenticator(AuthConfig(mode="jwt", jwt={"public_key": "env:JWT_PUBLIC"}), Path("."), SecretSet())
+    claims = {"sub": "u1", "exp": int(time.time()) + 60}
+
+    def forged(alg: str) -> str:
+        part = lambda d: base64.urlsafe_b64encode(_json.dumps(d).encode()).rstrip(b"=").decode()  # noqa: E731
+        return f"{part({'alg': alg, 'typ': 'JWT'})}.{part(claims)}.AAAA"
+
+    cases = [
+        (by_secret, jwt.encode(claims, private, algorithm="RS256")),
+        (by_secret, forged("ES256")),
+        (by_public, jwt.encode(claims, "s3cret-for-hmac-signing-0123456789", algorithm="HS256")),
+        (by_public, forged("ES256")),
+        (by_secret, jwt.encode(claims, None, algorithm="none")),
+    ]
+    for auth, token in cases:
+        with pytest.raises(Unauthorized) as caught:
+            auth.authenticate(f"Bearer {token}")
+        assert caught.value.message.startswith("invalid token: ")
