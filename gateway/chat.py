@@ -61,6 +61,10 @@ def parse_request(raw: bytes) -> dict[str, Any]:
             raise BadRequest(f"'messages[{i}]' must be an object with a string 'role'", param=f"messages[{i}]")
     if body.get("stream") is not None and not isinstance(body["stream"], bool):
         raise BadRequest("'stream' must be a boolean", param="stream")
+    n = body.get("n")
+    if n is not None and (isinstance(n, bool) or n != 1):
+        # the tool loop and the stream follow one choice; more would be merged or left unchecked
+        raise BadRequest("'n' must be 1: the gateway returns one choice per request", param="n")
     for name in ("stream_options", "metadata"):
         if body.get(name) is not None and not isinstance(body[name], dict):
             raise BadRequest(f"'{name}' must be an object", param=name)

@@ -60,6 +60,7 @@ def test_models_lists_every_route(upstream: ScriptedUpstream) -> None:
         (json.dumps({"model": 3, "messages": USER}).encode(), 400, "'model' is required"),
         (json.dumps({"model": "assistant", "messages": USER, "stream": "yes"}).encode(), 400, "'stream' must be a boolean"),
         (json.dumps({"model": "nope", "messages": USER}).encode(), 404, "model 'nope' is not served here"),
+        (json.dumps({"model": "assistant", "messages": USER, "n": 2, "stream": True}).encode(), 400, "'n' must be 1"),
     ],
 )
 def test_bad_requests_get_an_openai_error_envelope(upstream: ScriptedUpstream, body: bytes, status: int, fragment: str) -> None:
