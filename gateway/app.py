@@ -113,9 +113,13 @@ def create_app(config: Config) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await gateway.start()
-        if bridge is not None:
-            await bridge.start()
+        try:
+            await gateway.start()
+            if bridge is not None:
+                await bridge.start()
+        except BaseException:  # what did start (plugins, the HTTP client) is closed before failing
+            await gateway.stop()
+            raise
         gateway.ready = True
         try:
             yield

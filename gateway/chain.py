@@ -76,8 +76,12 @@ class Chain:
             await plugin.start(env)
 
     async def stop(self) -> None:
+        """Stop every plugin, last first; one that fails to stop does not keep the others open."""
         for plugin in reversed(self.plugins):
-            await plugin.stop()
+            try:
+                await plugin.stop()
+            except Exception:
+                log.exception("plugin %s failed to stop", plugin.id)
 
     async def inspect(self, ctx: PluginContext, item: InspectItem) -> None:
         """Every plugin's inspector sees the item; the first refusal propagates (B11, P1)."""

@@ -66,6 +66,9 @@ class Gateway:
             await route.chain.start(env)
 
     async def stop(self) -> None:
-        for route in self.routes.values():
-            await route.chain.stop()
-        await self.http.aclose()
+        """Stop every chain, then close the shared HTTP client whatever happened."""
+        try:
+            for route in self.routes.values():
+                await route.chain.stop()
+        finally:
+            await self.http.aclose()

@@ -118,3 +118,55 @@ def test_litellm_upstream_kind_reaches_an_openai_compatible_base(upstream: Scrip
     assert upstream.requests[0]["model"] == "scripted-model"
     assert upstream.headers[0]["authorization"] == "Bearer sk-litellm-test"
     assert "upstream 'via-litellm' is rate limiting" in limited.value.message
+
+
+async def test_shutdown_stops_every_plugin_and_closes_the_client_even_when_one_fails_to_stop() -> None:
+    # R: G9
+    from gateway.config import parse_config
+    from gateway.gateway import Gateway
+    from gateway.plugins import Plugin
+
+    stopped: list[str] = []
+
+    class Stopper(Plugin):
+        def __init__(self, plugin_id: str, fail: bool) -> None:
+            self.id, self.fail = plugin_id, fail
+
+        async def stop(self) -> None:
+            stopped.append(self.id)
+            if self.fail:
+                raise RuntimeError("cannot stop")
+
+    gateway = Gateway(parse_config({"upstreams": [{"name": "i", "kind": "inspect"}],
+                                    "routes": [{"model": "a", "upstream": "i"}, {"model": "b", "upstream": "i"}]}))
+    gateway.routes["a"].chain.plugins = [Stopper("first", fail=False), Stopper("second", fail=True)]
+    gateway.routes["b"].chain.plugins = [Stopper("third", fail=False)]
+    await gateway.stop()
+    assert stopped == ["second", "first", "third"]
+    assert gateway.http.is_closed
+
+
+def test_a_failed_start_closes_what_was_opened(monkeypatch: pytest.MonkeyPatch) -> None:
+    # R: G9
+    from fastapi.testclient import TestClient
+
+    from gateway.app import create_app
+    from gateway.config import parse_config
+    from gateway.gateway import Gateway
+
+    closed: list[bool] = []
+    original_stop = Gateway.stop
+
+    async def failing_start(self: Gateway) -> None:
+        raise RuntimeError("plugin could not start")
+
+    async def recording_stop(self: Gateway) -> None:
+        await original_stop(self)
+        closed.append(self.http.is_closed)
+
+    monkeypatch.setattr(Gateway, "start", failing_start)
+    monkeypatch.setattr(Gateway, "stop", recording_stop)
+    app = create_app(parse_config({"upstreams": [{"name": "i", "kind": "inspect"}], "routes": [{"model": "a", "upstream": "i"}]}))
+    with pytest.raises(RuntimeError, match="could not start"), TestClient(app):
+        pass
+    assert closed == [True]
