@@ -190,10 +190,19 @@ class ChatHandler:
         first = await chunks.__anext__()  # errors before the first byte keep their HTTP status
         outcome = {"status": 200}
 
+        budget = self.gw.config.server.request_timeout_seconds
+
         async def sse() -> AsyncIterator[bytes]:
             try:
                 yield _events(first)
-                async for batch in chunks:
+                while True:  # the request's deadline bounds the whole stream, not just its first byte
+                    try:
+                        async with asyncio.timeout(max(ctx.deadline - time.monotonic(), 0)):
+                            batch = await chunks.__anext__()
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:
+                        raise UpstreamTimeout(f"the request took longer than server.request_timeout_seconds ({budget:g}s)") from None
                     yield _events(batch)
             except GatewayError as exc:
                 outcome["status"] = exc.status

@@ -179,3 +179,15 @@ def test_client_disconnect_mid_stream_cancels_the_upstream_request(upstream: Scr
     assert first.startswith("data: ")
     assert upstream.release.is_set() is False
     assert counted, "a client that left mid-stream is counted as status 499"
+
+
+def test_stream_that_stalls_after_the_first_byte_ends_at_the_request_deadline(upstream: ScriptedUpstream) -> None:
+    # R: G1, G5
+    upstream.push(Reply(content="one two three four", hang_stream_after=2))
+    config = simple_config(upstream.url, server={"request_timeout_seconds": 1})
+    config["upstreams"][0]["timeout_seconds"] = 60
+    with running_gateway(config) as gw:
+        with pytest.raises(openai.APIError) as caught:
+            list(client(gw).chat.completions.create(model="assistant", messages=USER, stream=True))
+    upstream.release.set()
+    assert "longer than server.request_timeout_seconds (1s)" in str(caught.value)
