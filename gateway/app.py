@@ -187,4 +187,10 @@ def _bridge_service(gateway: Gateway) -> Any:
 
 def app_from_env() -> FastAPI:
     """Factory for `uvicorn --factory` / several workers: reads the config path from TOOLGATE_CONFIG."""
-    return create_app(load_config(os.environ["TOOLGATE_CONFIG"]))
+    from gateway.logs import configure_logging
+
+    config = load_config(os.environ["TOOLGATE_CONFIG"])
+    app = create_app(config)
+    # each worker process logs JSON scrubbed of the secrets it resolved, like a single-process serve
+    configure_logging(config.server.log_level, app.state.gateway.secrets)
+    return app

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx2
 import openai
+import pytest
 
 from tests.support.waiting import wait_until
 
@@ -79,3 +80,29 @@ def test_serve_refuses_a_bad_config_with_its_problems(tmp_path: Path) -> None:
         f"{bad}: upstreams: List should have at least 1 item after validation, not 0",
         f"{bad}: routes: List should have at least 1 item after validation, not 0",
     ]
+
+
+def test_a_worker_process_app_logs_json_scrubbed_of_its_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # R: G9, G6
+    import logging
+
+    from gateway.app import app_from_env
+    from gateway.logs import JsonFormatter
+
+    secret = "sk-worker-canary-9d1e77"
+    monkeypatch.setenv("WORKER_KEY", secret)
+    config = tmp_path / "toolgate.yaml"
+    config.write_text("upstreams:\n  - name: u\n    kind: openai\n    api_base: http://127.0.0.1:9/v1\n    api_key: env:WORKER_KEY\n"
+                      "routes:\n  - model: m\n    upstream: u\n")
+    monkeypatch.setenv("TOOLGATE_CONFIG", str(config))
+    logger = logging.getLogger("toolgate")
+    saved = (logger.handlers[:], logger.level, logger.propagate)
+    try:
+        app_from_env()
+        formatter = logger.handlers[0].formatter
+        assert isinstance(formatter, JsonFormatter)
+        line = formatter.format(logging.makeLogRecord({"name": "toolgate.x", "msg": f"key {secret}", "levelname": "WARNING"}))
+        assert json.loads(line)["message"] == "key [redacted]"
+    finally:
+        logger.handlers[:], logger.propagate = saved[0], saved[2]
+        logger.setLevel(saved[1])
