@@ -234,5 +234,7 @@ def _ending(
         finish = "stop"
     chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "toolgate": stats.summary()})
     if include_usage:
-        chunks.append({**base, "choices": [], "usage": stats.usage})
+        # the SDK's CompletionUsage has three required counts, even when the upstream reported none
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, **stats.usage}
+        chunks.append({**base, "choices": [], "usage": usage})
     return chunks

@@ -214,3 +214,14 @@ async def test_streamed_malformed_tool_call_deltas_do_not_crash() -> None:
     assert [(c["index"], c["type"], c["function"]) for c in calls] == [(0, "function", {"name": "lookup", "arguments": '{"a": 1}'})]
     assert calls[0]["id"].startswith("call_")
     assert batches[-1][1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+async def test_streamed_usage_chunk_has_every_count_even_when_the_upstream_sent_none() -> None:
+    # R: G1
+    async def stream(body: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
+        yield [{"id": "x", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}]
+
+    script = Script()
+    io = TurnIO(script.complete, stream, script.call_tool, frozenset(), 10)
+    batches = [b async for b in run_stream(dict(BODY), io, include_usage=True)]
+    assert batches[-1][-1]["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
