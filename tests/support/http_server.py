@@ -37,7 +37,15 @@ class ServerThread:
     def _run(self) -> None:
         self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
+        try:
+            self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
+        finally:
+            # tasks the app left behind (e.g. SSE shutdown watchers) end here, not as GC warnings
+            pending = asyncio.all_tasks(self.loop)
+            for task in pending:
+                task.cancel()
+            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self.loop.close()
 
     def start(self, timeout: float = 30.0) -> "ServerThread":
         self.thread.start()
