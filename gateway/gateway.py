@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import httpx2
@@ -15,7 +16,7 @@ from gateway.registry import build_plugin
 from gateway.secrets import SecretSet, resolve_secret
 from gateway.upstream.base import Upstream
 from gateway.upstream.inspect import InspectUpstream
-from gateway.upstream.litellm_upstream import LiteLLMUpstream
+from gateway.upstream.litellm_upstream import LiteLLMUpstream, import_litellm
 from gateway.upstream.openai_compat import OpenAICompatUpstream
 
 
@@ -61,6 +62,8 @@ class Gateway:
 
     async def start(self) -> None:
         await self.auth.load_jwks(self.http)
+        if any(u.kind == "litellm" for u in self.config.upstreams):
+            await asyncio.to_thread(import_litellm)  # seconds of import, at start-up and off the loop
         for name, route in self.routes.items():
             env = PluginEnv(http=self.http, metrics=self.metrics.registry, route=name, base_dir=self.config.base_dir, secrets=self.secrets)
             await route.chain.start(env)

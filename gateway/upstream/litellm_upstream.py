@@ -10,7 +10,8 @@ from gateway.errors import GatewayError, UpstreamBadRequest, UpstreamError, Upst
 from gateway.upstream.base import check_chunk, check_completion
 
 
-def _litellm() -> Any:
+def import_litellm() -> Any:
+    """litellm, imported on first use (seconds and ~200 MB), with its network look-ups off."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price list from the internet
     try:
         import litellm
@@ -47,7 +48,7 @@ class LiteLLMUpstream:
         return {**body, "api_base": self._api_base, "api_key": self._api_key, "timeout": self._timeout, "max_retries": 0, "num_retries": 0}
 
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        litellm = _litellm()
+        litellm = import_litellm()
         try:
             response = await litellm.acompletion(**self._kwargs({**body, "stream": False}))
         except Exception as exc:  # litellm raises its own tree; mapped in one place
@@ -55,7 +56,7 @@ class LiteLLMUpstream:
         return check_completion(self.name, response.model_dump(exclude_none=True))
 
     async def stream(self, body: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
-        litellm = _litellm()
+        litellm = import_litellm()
         try:
             response = await litellm.acompletion(**self._kwargs({**body, "stream": True}))
             async for chunk in response:
