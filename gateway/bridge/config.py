@@ -5,11 +5,23 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.secrets import SecretRef
 
 _OWNER = re.compile(r"^(org:)?[^\s:]+$")
+
+
+def _check_owner(value: str) -> str:
+    if not _OWNER.match(value):
+        raise ValueError("a user id, or 'org:<id>' for an org")
+    return value
+
+
+Owner = Annotated[str, AfterValidator(_check_owner)]
+"""A user id, or `org:<id>` for an org."""
 
 
 class ConnectionConfig(BaseModel):
@@ -22,7 +34,7 @@ class ConnectionConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(pattern=r"^[a-zA-Z][a-zA-Z0-9_-]{0,31}$")
-    owner: str
+    owner: Owner
     endpoint: str = Field(pattern=r"^https?://")
     authHeaderName: str | None = None
     authSecret: SecretRef | None = None
@@ -32,13 +44,6 @@ class ConnectionConfig(BaseModel):
     def _id(cls, value: str) -> str:
         if "__" in value or value.endswith("_"):
             raise ValueError("a connection id may not contain '__' or end with '_' (reserved as the tool separator)")
-        return value
-
-    @field_validator("owner")
-    @classmethod
-    def _owner(cls, value: str) -> str:
-        if not _OWNER.match(value):
-            raise ValueError("a user id, or 'org:<id>' for an org")
         return value
 
     @model_validator(mode="after")
@@ -54,15 +59,8 @@ class BridgeDecl(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$")
-    owner: str
+    owner: Owner
     connections: list[str] = Field(default_factory=list)
-
-    @field_validator("owner")
-    @classmethod
-    def _owner(cls, value: str) -> str:
-        if not _OWNER.match(value):
-            raise ValueError("a user id, or 'org:<id>' for an org")
-        return value
 
 
 class BridgeConfig(BaseModel):
