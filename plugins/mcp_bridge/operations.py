@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,19 +17,24 @@ MAX_PAGES = 100
 """A paginator that never ends cannot hang a request."""
 
 
+async def _all_pages(list_page: Callable[..., Awaitable[Any]], field: str) -> list[Any]:
+    """Every item of a paginated MCP listing (`field` of each page), at most MAX_PAGES pages."""
+    items: list[Any] = []
+    cursor: str | None = None
+    for _ in range(MAX_PAGES):
+        page = await list_page(cursor=cursor)
+        items.extend(getattr(page, field))
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return items
+
+
 async def list_tools(connection: McpConnection, client: mcp.Client) -> list[types.Tool]:
     """The server's tools, listed once per session and cached on it."""
 
     async def fetch() -> list[types.Tool]:
-        tools: list[types.Tool] = []
-        cursor: str | None = None
-        for _ in range(MAX_PAGES):
-            page = await client.list_tools(cursor=cursor)
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-        return tools
+        return await _all_pages(client.list_tools, "tools")
 
     return await connection.memo("tools", fetch)
 
@@ -44,15 +50,7 @@ def call_tool(name: str, arguments: dict[str, Any], timeout: float) -> Any:
 
 async def _list_resources(connection: McpConnection, client: mcp.Client) -> list[types.Resource]:
     async def fetch() -> list[types.Resource]:
-        resources: list[types.Resource] = []
-        cursor: str | None = None
-        for _ in range(MAX_PAGES):
-            page = await client.list_resources(cursor=cursor)
-            resources.extend(page.resources)
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-        return resources
+        return await _all_pages(client.list_resources, "resources")
 
     return await connection.memo("resources", fetch)
 
