@@ -101,19 +101,19 @@ class ChatHandler:
         body = parse_request(await read_body(request, self.gw.config.server.max_body_bytes))
         route = self._route(body["model"])
         client_id = client_conversation_id(request.headers.get(CONVERSATION_HEADER), body)
+        budget = self.gw.config.server.request_timeout_seconds
         ctx = PluginContext(
             identity=identity,
             conversation_key=conversation_key(identity, client_id, body["messages"]),
             request_id=request_id_var.get() or uuid.uuid4().hex,
             route=route.config.model,
-            deadline=time.monotonic() + self.gw.config.server.request_timeout_seconds,
+            deadline=time.monotonic() + budget,
             inspect=lambda item: route.chain.inspect(ctx, item),
         )
         _strip_conversation_metadata(body)
-        budget = self.gw.config.server.request_timeout_seconds
         status, streaming = 500, False
         try:
-            async with asyncio.timeout(budget):
+            async with asyncio.timeout(_remaining(ctx)):
                 upstream_body, table = await self._prepare(route, ctx, body)
                 io = self._turn_io(route, ctx, table)
                 if body.get("stream"):
@@ -130,7 +130,7 @@ class ChatHandler:
             return Response(json.dumps(completion, ensure_ascii=False), media_type="application/json")
         except TimeoutError:
             status = 504
-            raise UpstreamTimeout(f"the request took longer than server.request_timeout_seconds ({budget:g}s)") from None
+            raise _over_budget(budget) from None
         except GatewayError as exc:
             status = exc.status
             raise
@@ -190,19 +190,17 @@ class ChatHandler:
         first = await chunks.__anext__()  # errors before the first byte keep their HTTP status
         outcome = {"status": 200}
 
-        budget = self.gw.config.server.request_timeout_seconds
-
         async def sse() -> AsyncIterator[bytes]:
             try:
                 yield _events(first)
                 while True:  # the request's deadline bounds the whole stream, not just its first byte
                     try:
-                        async with asyncio.timeout(max(ctx.deadline - time.monotonic(), 0)):
+                        async with asyncio.timeout(_remaining(ctx)):
                             batch = await chunks.__anext__()
                     except StopAsyncIteration:
                         break
                     except TimeoutError:
-                        raise UpstreamTimeout(f"the request took longer than server.request_timeout_seconds ({budget:g}s)") from None
+                        raise _over_budget(self.gw.config.server.request_timeout_seconds) from None
                     yield _events(batch)
             except GatewayError as exc:
                 outcome["status"] = exc.status
@@ -223,6 +221,15 @@ class ChatHandler:
             self._count(route, outcome["status"], started)
 
         return _CleanStream(sse(), cleanup)
+
+
+def _over_budget(budget: float) -> UpstreamTimeout:
+    return UpstreamTimeout(f"the request took longer than server.request_timeout_seconds ({budget:g}s)")
+
+
+def _remaining(ctx: PluginContext) -> float:
+    """Seconds left of the request's budget (`ctx.deadline`, on `time.monotonic()`)."""
+    return max(ctx.deadline - time.monotonic(), 0.0)
 
 
 def _events(batch: list[dict[str, Any]]) -> bytes:
