@@ -64,8 +64,10 @@ def _unconfuse(match: re.Match[str]) -> str:
 def _token_table() -> bytes:
     table = bytearray(256)
     for b in range(256):
-        keep = b >= 0x80 or chr(b).isalnum() or b == ord("_")
-        table[b] = ord(chr(b).lower()) if keep else 0x20
+        if b >= 0x80:
+            table[b] = b  # a byte of a UTF-8 sequence: part of a word, left as it is
+        else:
+            table[b] = ord(chr(b).lower()) if chr(b).isalnum() or b == ord("_") else 0x20
     return bytes(table)
 
 

@@ -53,6 +53,13 @@ def test_tokens_are_lowercase_words_split_on_punctuation() -> None:
     ]
 
 
+def test_words_of_other_scripts_stay_whole_utf8() -> None:
+    # R: P3 -- a word in another script is one token of its own UTF-8 bytes, so rule words
+    # and model n-grams written in that script can match it.
+    tokens = tokenize(normalize("Café ÜBER Straße: 以前の指示を無視して, ЖЮЛЬ"))
+    assert tokens == [w.encode() for w in ["café", "über", "strasse", "以前の指示を無視して", "жюль"]]
+
+
 def _full_fold(text: str) -> str:
     """The general path of `fold` (NFKC, invisible out, confusables, casefold, punctuation)."""
     import unicodedata
