@@ -18,6 +18,13 @@ from operator import add, sub
 from pathlib import Path
 from typing import Any
 
+from plugins.prompt_guard.normalize import TOKEN_TABLE
+
+try:  # the optional compiled scorer (setup.py); same scores, several times faster
+    from plugins.prompt_guard._native import NgramTable
+except ImportError:  # pragma: no cover - depends on the install having had a C compiler
+    NgramTable = None
+
 FORMAT = "toolgate-guard-linear/1"
 
 
@@ -45,7 +52,7 @@ class LinearModel:
 
     def __init__(
         self, weights: dict[str, float], bias: float, window: int, meta: dict[str, Any] | None = None,
-        floor: float = 0.0,
+        floor: float = 0.0, native: bool = True,
     ) -> None:
         if window < 2:
             raise ModelError("window must be at least 2 tokens")
@@ -60,6 +67,12 @@ class LinearModel:
         self.bias = bias
         self.window = window
         self.meta = meta or {}
+        self._native = _native_table(table) if native else None
+
+    @property
+    def backend(self) -> str:
+        """`native` when the compiled scorer is in use, else `python`."""
+        return "python" if self._native is None else "native"
 
     @classmethod
     def from_json(cls, data: Any, source: str = "<model>") -> "LinearModel":
@@ -115,10 +128,16 @@ class LinearModel:
             return self.bias + sums[-1]
         return self.bias + max(map(sub, islice(sums, w, None), sums))
 
+    def text_logit(self, normalized: bytes) -> float:
+        """`logit` of the tokens of UTF-8 normalised text, by the compiled scorer when there is
+        one (it tokenises as `tokenize` does and adds in the same order: the same number)."""
+        if self._native is not None:
+            return self._native.logit(normalized, self.window, self.bias)
+        return self.logit(normalized.translate(TOKEN_TABLE).split())
+
     def score(self, tokens: Sequence[bytes]) -> float:
         """Probability that the tokens contain an injection."""
-        z = self.logit(tokens)
-        return 1.0 / (1.0 + math.exp(-z)) if z > -60 else 0.0
+        return _sigmoid(self.logit(tokens))
 
     def evidence(self, tokens: Sequence[bytes]) -> float:
         """The probability rescaled so that `floor` and below count as no evidence at all.
@@ -126,7 +145,13 @@ class LinearModel:
         The floor is chosen on validation data when the model is trained: below it the
         classifier's opinion is mostly noise on benign documents, and leaving it out keeps the
         noisy-OR with the rules from adding that noise up."""
-        p = self.score(tokens)
+        return self._rescale(_sigmoid(self.logit(tokens)))
+
+    def text_evidence(self, normalized: bytes) -> float:
+        """`evidence` of UTF-8 normalised text (see `text_logit`)."""
+        return self._rescale(_sigmoid(self.text_logit(normalized)))
+
+    def _rescale(self, p: float) -> float:
         return max(0.0, (p - self.floor) / (1.0 - self.floor))
 
     def top_features(self, tokens: Sequence[bytes], k: int = 5) -> list[str]:
@@ -135,6 +160,21 @@ class LinearModel:
         weight = {**self._uni, **self._bi}
         ranked = sorted(((weight.get(g, 0.0), gram_name(g)) for g in grams), reverse=True)
         return [name for w, name in ranked[:k] if w > 0]
+
+
+def _sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-z)) if z > -60 else 0.0
+
+
+def _native_table(table: dict[Gram, float]) -> Any:
+    """The compiled table of `table`, or None without the extension (or on a hash clash)."""
+    if NgramTable is None:
+        return None
+    grams = [(k, None, v) if isinstance(k, bytes) else (k[0], k[1], v) for k, v in table.items()]
+    try:
+        return NgramTable(TOKEN_TABLE, grams)
+    except ValueError:
+        return None
 
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "model" / "classifier.json"

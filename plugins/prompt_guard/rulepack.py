@@ -7,17 +7,18 @@ A pattern is a sequence of *slots* over the normalised word tokens, never a rege
 - a trailing `?` makes a slot optional (`all?`);
 - `*` allows up to 3 arbitrary words before the next slot, `~N` up to N (N ≤ 8).
 
-`literals` are plain substrings of the normalised text (`[system]`). Matching first
-intersects the text's words with the pack's (one pass), looks patterns up by their least
-common required word, keeps those whose required words all occur, finds the positions of their first words in one pass (the first slot must
-be plain words), and checks each position with a bounded number of steps, so the cost is linear in the text with no way to
-backtrack catastrophically (P5).
+`literals` are plain substrings of the normalised text (`[system]`). Matching first lists the
+tokens any rule can accept, with their positions (one pass; the compiled `WordTable` does it
+without building the whole token list), looks patterns up by their least common required word,
+keeps those whose required words all occur, and checks each position of their first words (the
+first slot must be plain words) with a bounded number of steps, so the cost is linear in the
+text with no way to backtrack catastrophically (P5).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import compress, count
 from pathlib import Path
@@ -25,7 +26,12 @@ from typing import Any
 
 import yaml
 
-from plugins.prompt_guard.normalize import normalize
+from plugins.prompt_guard.normalize import TOKEN_TABLE, normalize
+
+try:  # the optional compiled word finder (setup.py): the same matches without a full token list
+    from plugins.prompt_guard._native import WordTable
+except ImportError:  # pragma: no cover - depends on the install having had a C compiler
+    WordTable = None
 
 MAX_SLOTS = 12
 MAX_GAP = 8
@@ -98,18 +104,21 @@ def compile_pattern(source: str, where: str) -> tuple[Slot, ...]:
     return tuple(slots)
 
 
-def _match_rest(slots: Sequence[Slot], k: int, tokens: Sequence[bytes], pos: int) -> bool:
-    """True when slots[k:] match starting at tokens[pos] (bounded: gaps and slots are capped)."""
+def _match_rest(slots: Sequence[Slot], k: int, positions: Sequence[int], words: Sequence[bytes], j: int,
+                pos: int) -> bool:
+    """True when slots[k:] match from token `pos` on. The text is given *sparsely*: `words[i]`
+    is the token at `positions[i]`, listed only for the tokens some rule can accept, and `j` is
+    the first entry at or after `pos`. Bounded: gaps and slots are capped."""
     if k == len(slots):
         return True
     slot = slots[k]
-    end = min(len(tokens), pos + slot.gap + 1)
-    if not slot.prefixes and slot.words.isdisjoint(tokens[pos:end]):
-        return slot.optional and _match_rest(slots, k + 1, tokens, pos)
-    for p in range(pos, end):
-        if slot.accepts(tokens[p]) and _match_rest(slots, k + 1, tokens, p + 1):
+    end = pos + slot.gap + 1
+    i = j
+    while i < len(positions) and positions[i] < end:
+        if slot.accepts(words[i]) and _match_rest(slots, k + 1, positions, words, i + 1, positions[i] + 1):
             return True
-    return slot.optional and _match_rest(slots, k + 1, tokens, pos)
+        i += 1
+    return slot.optional and _match_rest(slots, k + 1, positions, words, j, pos)
 
 
 def literal_pattern(literals: Iterable[str]) -> str:
@@ -135,15 +144,10 @@ def literal_pattern(literals: Iterable[str]) -> str:
     return build(trie)
 
 
-def _positions(tokens: Sequence[bytes], words: Collection[bytes]) -> Iterator[int]:
-    """The positions of `words` in `tokens`, in order (one C-level pass: `map` + `compress`)."""
-    return compress(count(), map(words.__contains__, tokens))
-
-
 class RulePack:
     """A loaded, compiled rule pack; `match` returns the rules that fire on a text."""
 
-    def __init__(self, rules: Iterable[Rule], disabled: Iterable[str] = ()) -> None:
+    def __init__(self, rules: Iterable[Rule], disabled: Iterable[str] = (), native: bool = True) -> None:
         self.all_rules = {r.id: r for r in rules}
         unknown = sorted(set(disabled) - self.all_rules.keys())
         if unknown:
@@ -161,6 +165,21 @@ class RulePack:
                 self._patterns.append((rule, pattern, required))
         self._words = frozenset(w for rule in self.rules for p in rule.patterns for s in p for w in s.words)
         self._literals = [(lit, r) for r in self.rules for lit in r.literals]
+        self._prefixes = tuple(sorted({x for r in self.rules for p in r.patterns for s in p for x in s.prefixes}))
+        self._finder = _word_table(self._words, self._prefixes) if native else None
+
+    @property
+    def backend(self) -> str:
+        """`native` when the compiled word finder is in use, else `python`."""
+        return "python" if self._finder is None else "native"
+
+    def match_text(self, normalized: bytes, literal_hits: Collection[str] = ()) -> list[Rule]:
+        """`match` on the tokens of UTF-8 normalised text; the compiled finder lists only the
+        tokens some rule can accept, without building the text's whole token list."""
+        if self._finder is None:
+            return self.match(normalized.translate(TOKEN_TABLE).split(), literal_hits)
+        _, positions, words = self._finder.find(normalized)
+        return self._match(positions, words, literal_hits)
 
     @property
     def literals(self) -> set[str]:
@@ -170,8 +189,13 @@ class RulePack:
     def match(self, tokens: Sequence[bytes], literal_hits: Collection[str] = ()) -> list[Rule]:
         """Rules firing on the normalised `tokens` and the `literal_hits` found in the text,
         each once, in pack order."""
+        words, prefixes = self._words, self._prefixes
+        positions = [i for i, t in enumerate(tokens) if t in words or (prefixes and t.startswith(prefixes))]
+        return self._match(positions, [tokens[i] for i in positions], literal_hits)
+
+    def _match(self, positions: list[int], words: list[bytes], literal_hits: Collection[str]) -> list[Rule]:
         fired: dict[str, Rule] = {}
-        present = self._words.intersection(tokens)
+        present = self._words.intersection(words)
         live: dict[bytes, list[tuple[Rule, tuple[Slot, ...]]]] = {}
         disjoint = present.isdisjoint
         for index in sorted({i for word in self._gates.keys() & present for i in self._gates[word]}):
@@ -181,14 +205,24 @@ class RulePack:
                 for word in pattern[0].words & present:
                     live.setdefault(word, []).append((rule, pattern))
         if live:
-            for i in _positions(tokens, live):
-                for rule, pattern in live[tokens[i]]:
-                    if rule.id not in fired and _match_rest(pattern, 1, tokens, i + 1):
+            for j in compress(count(), map(live.__contains__, words)):
+                for rule, pattern in live[words[j]]:
+                    if rule.id not in fired and _match_rest(pattern, 1, positions, words, j + 1, positions[j] + 1):
                         fired[rule.id] = rule
         for lit, rule in self._literals:
             if rule.id not in fired and lit in literal_hits:
                 fired[rule.id] = rule
         return [r for r in self.rules if r.id in fired]
+
+
+def _word_table(words: Collection[bytes], prefixes: Collection[bytes]) -> Any:
+    """The compiled finder of `words` and `prefixes`, or None without the extension."""
+    if WordTable is None:
+        return None
+    try:
+        return WordTable(TOKEN_TABLE, sorted(words), sorted(prefixes))
+    except ValueError:
+        return None
 
 
 def parse_rules(data: Any, source: str) -> list[Rule]:

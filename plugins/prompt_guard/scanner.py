@@ -19,7 +19,7 @@ from typing import Literal
 from plugins.prompt_guard import heuristics
 from plugins.prompt_guard.classifier import LinearModel
 from plugins.prompt_guard.heuristics import Evidence
-from plugins.prompt_guard.normalize import fold, tokenize
+from plugins.prompt_guard.normalize import fold
 from plugins.prompt_guard.rulepack import RulePack, RulePackError, Rule, literal_pattern
 
 HEURISTIC_IDS = frozenset({
@@ -138,13 +138,13 @@ class Guard:
 
     def _scan_chunk(self, norm: str) -> list[Evidence]:
         found: list[Evidence] = []
-        tokens = tokenize(norm)
+        data = norm.encode("utf-8", "surrogatepass")
         hits = set(self._literals.findall(norm))
         if self.settings.rules:
-            found += [Evidence(r.id, r.weight) for r in self.pack.match(tokens, hits)]
+            found += [Evidence(r.id, r.weight) for r in self.pack.match_text(data, hits)]
         if self.settings.heuristics:
             found += heuristics.chat_markers(hits)
             found += heuristics.exfil_links(norm)
         if self.settings.classifier and self.model is not None and CLASSIFIER_ID not in self.disabled:
-            found.append(Evidence(CLASSIFIER_ID, self.model.evidence(tokens)))
+            found.append(Evidence(CLASSIFIER_ID, self.model.text_evidence(data)))
         return [e for e in found if e.id not in self.disabled]
