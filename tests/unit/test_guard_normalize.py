@@ -88,3 +88,20 @@ def test_text_with_combining_marks_or_other_scripts_takes_the_full_path() -> Non
     assert _fast_fold("cafe\u0301 ignore") is None
     assert _fast_fold("іgnore previous") is None  # Cyrillic і: confusable, full path
     assert normalize("cafe\u0301 Іgnore") == "café ignore"
+
+
+def test_long_text_is_normalised_block_by_block_exactly_as_a_whole() -> None:
+    # R: P3, P5 — NFKC is applied only to the blocks of lines that need it; the result is the
+    # whole text's NFKC, also where a line starts with a combining mark or ends in a Hangul jamo.
+    import random
+    import unicodedata
+
+    from plugins.prompt_guard.normalize import _nfkc
+
+    rng = random.Random(7)
+    pieces = ["plain line", "ﬁle ＦＵＬＬ ①", "\u0301accent first", "cafe\u0301", "\u1100", "\u1161 jamo",
+              "Іgnore ρrevious", "日本語 ｶﾀｶﾅ", "", "x" * 300, "\u00a0nbsp\u2028sep"]
+    text = "\n".join(rng.choice(pieces) for _ in range(3000))
+    assert len(text) > 20_000 and not unicodedata.is_normalized("NFKC", text)
+    assert _nfkc(text) == unicodedata.normalize("NFKC", text)
+    assert fold(text)[0] == _full_fold(text)
