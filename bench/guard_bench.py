@@ -101,6 +101,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer rounds (smoke run)")
     args = parser.parse_args()
     guard = build_guard(PromptGuardConfig(type="prompt_guard"))
+    python = build_guard(PromptGuardConfig(type="prompt_guard"), native=False)
     strict = build_guard(PromptGuardConfig(type="prompt_guard", threshold=STRICT_THRESHOLD))
     rows = load_rows(HELDOUT)
     small, big = corpus(rows)
@@ -115,7 +116,8 @@ def main() -> None:
         "|---|---|---|---|---|---|",
     ]
     results = {}
-    for name, scan in (("prompt_guard (default config)", lambda t: guard.scan(t).blocked),
+    for name, scan in ((f"prompt_guard (default config, {guard.backend} scorer)", lambda t: guard.scan(t).blocked),
+                       ("prompt_guard (default config, pure-Python scorer)", lambda t: python.scan(t).blocked),
                        (f"prompt_guard, threshold {STRICT_THRESHOLD}", lambda t: strict.scan(t).blocked),
                        ("baseline: str.lower() + in, 16 keywords", keyword_scan)):
         latencies(scan, small, 1)  # warm-up: first touches of the model tables and regex caches
@@ -131,7 +133,7 @@ def main() -> None:
         )
     lines += ["", "Held-out evaluation by kind (prompt_guard, default threshold 0.5):", "",
               "| slice | rows | injection | benign | recall | FPR | precision |", "|---|---|---|---|---|---|---|"]
-    for name, tally in sorted(results["prompt_guard (default config)"].items()):
+    for name, tally in sorted(results[f"prompt_guard (default config, {guard.backend} scorer)"].items()):
         m = tally.metrics()
         lines.append(f"| {name} | {m['rows']} | {m['injection']} | {m['benign']} | {pct(m['recall'])} | "
                      f"{pct(m['fpr'])} | {pct(m['precision'])} |")

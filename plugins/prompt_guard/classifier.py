@@ -75,7 +75,7 @@ class LinearModel:
         return "python" if self._native is None else "native"
 
     @classmethod
-    def from_json(cls, data: Any, source: str = "<model>") -> "LinearModel":
+    def from_json(cls, data: Any, source: str = "<model>", native: bool = True) -> "LinearModel":
         """Build from the parsed JSON document (see `to_json`)."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ModelError(f"{source}: not a {FORMAT} model file")
@@ -87,10 +87,10 @@ class LinearModel:
             floor = float(data.get("floor", 0.0))
         except (KeyError, TypeError, ValueError):
             raise ModelError(f"{source}: 'bias' and 'window' are required numbers") from None
-        return cls({str(k): float(v) for k, v in weights.items()}, bias, window, data.get("meta"), floor)
+        return cls({str(k): float(v) for k, v in weights.items()}, bias, window, data.get("meta"), floor, native)
 
     @classmethod
-    def load(cls, path: str | Path) -> "LinearModel":
+    def load(cls, path: str | Path, native: bool = True) -> "LinearModel":
         """Read a model file (`.json`)."""
         path = Path(path)
         if path.suffix != ".json":
@@ -101,7 +101,7 @@ class LinearModel:
             raise ModelError(f"{path}: cannot read model: {exc.strerror}") from None
         except json.JSONDecodeError as exc:
             raise ModelError(f"{path}: not valid JSON: {exc}") from None
-        return cls.from_json(data, str(path))
+        return cls.from_json(data, str(path), native)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document `from_json` reads."""

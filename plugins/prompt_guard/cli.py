@@ -76,10 +76,11 @@ def run_eval(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
     if args.json:
         data: dict[str, Any] = {"file": args.file, "guard": config.id, "threshold": config.threshold,
-                                **report.to_json()}
+                                "scorer": guard.backend, **report.to_json()}
         print(json.dumps(data, sort_keys=True))
     else:
-        print(f"{args.file}: {len(rows)} rows, guard {config.id!r}, threshold {config.threshold}\n")
+        print(f"{args.file}: {len(rows)} rows, guard {config.id!r}, threshold {config.threshold}, "
+              f"{guard.backend} scorer\n")
         print(format_report(report))
     return 0
 

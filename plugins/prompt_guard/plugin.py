@@ -38,15 +38,16 @@ def _path(value: str | None, default: Path, base_dir: Path | None) -> Path:
     return base_dir / path if base_dir is not None and not path.is_absolute() else path
 
 
-def build_guard(config: PromptGuardConfig, base_dir: Path | None = None) -> Guard:
+def build_guard(config: PromptGuardConfig, base_dir: Path | None = None, native: bool = True) -> Guard:
     """Load the rule pack and the classifier a config names and build the scanner.
 
     Relative `rules_file` / `classifier_model` paths are read from `base_dir` (the folder of
-    the YAML config) when it is known, else from the working directory."""
+    the YAML config) when it is known, else from the working directory. `native=False` keeps
+    to the pure-Python scorer even where the compiled one is built (benchmarks, tests)."""
     rules = load_rules(_path(config.rules_file, DEFAULT_RULES, base_dir)) if config.detectors.rules else []
     model = None
     if config.detectors.classifier:
-        model = LinearModel.load(_path(config.classifier_model, DEFAULT_MODEL, base_dir))
+        model = LinearModel.load(_path(config.classifier_model, DEFAULT_MODEL, base_dir), native)
     settings = GuardSettings(
         threshold=config.threshold,
         max_scan_bytes=config.max_scan_bytes,
@@ -54,7 +55,7 @@ def build_guard(config: PromptGuardConfig, base_dir: Path | None = None) -> Guar
         heuristics=config.detectors.heuristics,
         classifier=config.detectors.classifier,
     )
-    return Guard(rules, model, settings, config.disabled_rules)
+    return Guard(rules, model, settings, config.disabled_rules, native)
 
 
 def message_text(content: Any) -> str:

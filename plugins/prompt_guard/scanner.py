@@ -86,6 +86,7 @@ class Guard:
         model: LinearModel | None,
         settings: GuardSettings = GuardSettings(),
         disabled: Iterable[str] = (),
+        native: bool = True,
     ) -> None:
         rules = list(rules)
         self.disabled = frozenset(disabled)
@@ -93,11 +94,17 @@ class Guard:
         unknown = sorted(self.disabled - known)
         if unknown:
             raise RulePackError(f"disabled_rules names unknown ids: {', '.join(unknown)}")
-        self.pack = RulePack(rules, [d for d in self.disabled if d in {r.id for r in rules}])
+        self.pack = RulePack(rules, [d for d in self.disabled if d in {r.id for r in rules}], native)
         self.model = model
         self.settings = settings
         markers = self.pack.literals | set(heuristics.CHAT_TOKENS) | set(heuristics.ROLE_LINES)
         self._literals = re.compile(literal_pattern(markers))
+
+    @property
+    def backend(self) -> str:
+        """`native` when the compiled scorer does the word passes, else `python`."""
+        parts = {self.pack.backend} | ({self.model.backend} if self.model is not None else set())
+        return "native" if parts == {"native"} else "python"
 
     def scan(self, text: str) -> Verdict:
         """Score `text` and decide."""
