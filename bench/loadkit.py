@@ -1,0 +1,319 @@
+"""Parts of the load harness: a stateless tool-calling model, an MCP server that counts its
+sessions, and real processes (those two, and `toolgate serve`) started and stopped with deadlines.
+
+- `tooling_model_app()`: an OpenAI-compatible upstream (JSON and SSE). Asked without a tool
+  result, it calls the tools `count` and `echo` (echoing the last user message); asked with tool
+  results, it answers with text that quotes them, prefixed by the model name it was sent
+  (`[backend-0] …`), so a client can tell which gateway and which MCP session served a turn.
+  Stateless: every answer is a function of the request, so any number of conversations can run.
+- `counted_mcp_app()`: the SDK-built test server of tests/support/mcp_servers (session-ful only:
+  the 2026-07-28 probe is refused), plus `GET /stats`: sessions opened, deleted and still open,
+  counted on the server side.
+- `python -m bench.loadkit model|mcp` serves one of them on a free loopback port and prints
+  `PORT <n>`; `Child` starts such a process, `Gateway` a `toolgate serve` process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import yaml
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tests.support.waiting import wait_until
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- the model ------------------------------------------------------------------------------
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else ""
+
+
+def scripted_turn(body: dict[str, Any]) -> dict[str, Any]:
+    """The assistant message for this request: tool calls first, then text quoting their results."""
+    messages = body.get("messages") or []
+    results = []
+    for message in reversed(messages):
+        if message.get("role") != "tool":
+            break
+        results.append(_text(message.get("content")))
+    if results:
+        return {"role": "assistant", "content": f"[{body.get('model')}] " + " | ".join(reversed(results))}
+    offered = {(tool.get("function") or {}).get("name") for tool in body.get("tools") or []}
+    if not {"count", "echo"} <= offered:  # a real model calls only the tools it was offered
+        return {"role": "assistant", "content": f"[{body.get('model')}] the tools were not offered: {sorted(offered - {None})}"}
+    said = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    n = len(messages)
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"call_{n}_0", "type": "function", "function": {"name": "count", "arguments": "{}"}},
+        {"id": f"call_{n}_1", "type": "function", "function": {"name": "echo", "arguments": json.dumps({"said": said})}},
+    ]}
+
+
+def _sse(body: dict[str, Any], message: dict[str, Any]) -> list[bytes]:
+    base = {"id": "chatcmpl-load", "object": "chat.completion.chunk", "created": 0, "model": body.get("model")}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        event = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+    events = [chunk({"role": "assistant", "content": ""})]
+    if message.get("tool_calls"):
+        calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+        events += [chunk({"tool_calls": calls}), chunk({}, "tool_calls")]
+    else:
+        words = message["content"].split(" ")
+        events += [chunk({"content": w + (" " if i < len(words) - 1 else "")}) for i, w in enumerate(words)]
+        events.append(chunk({}, "stop"))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        events.append(b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n")
+    return [*events, b"data: [DONE]\n\n"]
+
+
+async def _chat(request: Request) -> Response:
+    body = json.loads(await request.body())
+    message = scripted_turn(body)
+    if body.get("stream"):
+        events = _sse(body, message)
+
+        async def send():  # type: ignore[no-untyped-def]
+            for event in events:
+                yield event
+
+        return StreamingResponse(send(), media_type="text/event-stream")
+    finish = "tool_calls" if message.get("tool_calls") else "stop"
+    return JSONResponse({
+        "id": "chatcmpl-load", "object": "chat.completion", "created": 0, "model": body.get("model"),
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    })
+
+
+def tooling_model_app() -> Starlette:
+    """The stateless tool-calling model (see the module docstring)."""
+    return Starlette(routes=[Route("/v1/chat/completions", _chat, methods=["POST"])])
+
+
+# -- the MCP server -------------------------------------------------------------------------
+
+
+def counted_mcp_app() -> Any:
+    """The test MCP server (session-ful) at `/mcp`, and its session counts at `GET /stats`."""
+    from tests.support.mcp_servers import McpServerState, http_app
+
+    state = McpServerState()
+    inner = http_app(state, legacy_only=True)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/stats":
+            with state.cond:
+                opened, deleted = len(state.opened), len(state.deleted)
+                calls = dict(state.calls)
+            live = len(state.live_sessions)
+            await JSONResponse({"opened": opened, "deleted": deleted, "live": live, "calls": calls})(scope, receive, send)
+            return
+        await inner(scope, receive, send)
+
+    return app
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def peak_rss_kib(pid: int) -> int:
+    """VmHWM (peak resident set) of a process, in KiB; 0 when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def children(pid: int) -> list[int]:
+    """Process ids whose parent is `pid` (read from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+class Child:
+    """`python -m bench.loadkit <kind>` in a child process; `url` once it printed its port."""
+
+    def __init__(self, kind: str, *args: str) -> None:
+        self.process = subprocess.Popen([sys.executable, "-m", "bench.loadkit", kind, *args], cwd=ROOT,
+                                        stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], 60.0)  # a deadline, not a hang
+        line = self.process.stdout.readline().split() if ready else []
+        if len(line) != 2 or line[0] != "PORT":
+            self.stop()
+            raise RuntimeError(f"bench.loadkit {kind} did not start")
+        self.url = f"http://127.0.0.1:{line[1]}"
+
+    def cpu_seconds(self) -> float:
+        return cpu_seconds(self.process.pid)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def gateway_config(model_url: str, mcp_url: str, *, label: str = "load-model", idle_seconds: float = 300,
+                   guard_mode: str = "enforce", extra_routes: list[dict[str, Any]] | None = None,
+                   extra_upstreams: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Route `assistant`: prompt_guard, then mcp_bridge on the counted server; the model is told `label`."""
+    return {
+        "auth": {"mode": "none"},
+        "upstreams": [{"name": "model", "kind": "openai", "api_base": model_url + "/v1"}, *(extra_upstreams or [])],
+        "routes": [{
+            "model": "assistant", "upstream": "model", "upstream_model": label,
+            "plugins": [
+                {"type": "prompt_guard", "mode": guard_mode},
+                {"type": "mcp_bridge", "id": "tools", "endpoint": mcp_url + "/mcp", "toolFilter": ["count", "echo"],
+                 "sessionIdleSeconds": idle_seconds},
+            ],
+        }, *(extra_routes or [])],
+    }
+
+
+class Gateway:
+    """A real `toolgate serve` process on a free loopback port, ready once `/readyz` answers 200."""
+
+    def __init__(self, config: dict[str, Any], *, workers: int = 1, log_level: str = "info") -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="toolgate-load-")
+        path = Path(self._dir.name) / "toolgate.yaml"
+        config = {**config, "server": {**config.get("server", {}), "log_level": log_level}}
+        path.write_text(yaml.safe_dump(config))
+        self.log_path = Path(self._dir.name) / "gateway.log"
+        self._log = self.log_path.open("wb")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--port", str(self.port)]
+        if workers > 1:
+            argv += ["--workers", str(workers)]
+        self.workers = workers
+        self.process = subprocess.Popen(argv, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def wait_ready(self, timeout: float = 60.0) -> "Gateway":
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                return True
+            try:
+                return httpx2.get(self.url + "/readyz", timeout=1).status_code == 200
+            except httpx2.HTTPError:
+                return False
+
+        if not wait_until(ready, timeout=timeout, interval=0.05) or self.process.poll() is not None:
+            self.stop()
+            raise RuntimeError(f"toolgate serve did not become ready:\n{self.log_tail()}")
+        return self
+
+    def log_tail(self, lines: int = 20) -> str:
+        self._log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def peak_rss_kib(self) -> list[int]:
+        """Peak RSS of the serving process(es): the process itself, or each worker under --workers."""
+        return [peak_rss_kib(pid) for pid in self.serving_pids()]
+
+    def serving_pids(self) -> list[int]:
+        """The process that serves, or the worker processes under --workers (not the supervisor)."""
+        if self.workers == 1:
+            return [self.process.pid]
+        return [pid for pid in sorted(children(self.process.pid)) if b"spawn_main" in _cmdline(pid)]
+
+    def cpu_seconds(self) -> float:
+        """CPU time of the serving process(es) so far."""
+        pids = self.serving_pids() if self.workers > 1 else []
+        return sum(cpu_seconds(pid) for pid in [self.process.pid, *pids])
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._log.close()
+        self._dir.cleanup()
+
+
+def _serve_forever(kind: str, keep_alive: float) -> None:
+    from tests.support.http_server import ServerThread
+
+    app = tooling_model_app() if kind == "model" else counted_mcp_app()
+    server = ServerThread(app)
+    server.server.config.timeout_keep_alive = keep_alive
+    server.start()
+    print(f"PORT {server.port}", flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="serve one part of the load harness on a free loopback port")
+    parser.add_argument("kind", choices=["model", "mcp"])
+    parser.add_argument("--keep-alive", type=float, default=5.0,
+                        help="seconds an idle connection stays open (uvicorn's default, and vLLM's: 5)")
+    args = parser.parse_args()
+    _serve_forever(args.kind, args.keep_alive)
