@@ -39,6 +39,33 @@ class DetectorToggles(_Strict):
     classifier: bool = True
 
 
+class OnnxModelConfig(_Strict):
+    """An optional user-supplied ONNX classifier (needs `pip install 'toolgate[onnx]'`).
+
+    Relative paths are read from the YAML config's folder, like `classifier_model`."""
+
+    path: str = Field(description="the .onnx model file: a sequence classifier giving [batch, labels] logits")
+    tokenizer: str = Field(description="the model's Hugging Face tokenizer.json")
+    max_tokens: int = Field(default=512, ge=8, le=8192, description="tokens per model window, special tokens included")
+    injection_label: int | list[int] = Field(
+        default=1, description="index of the injection logit; a list sums several labels' probabilities"
+    )
+    weight: float = Field(default=1.0, gt=0, le=1, description="the probability is scaled by this in the noisy-OR")
+
+    @model_validator(mode="after")
+    def _check(self) -> "OnnxModelConfig":
+        labels = [self.injection_label] if isinstance(self.injection_label, int) else self.injection_label
+        if not labels or any(label < 0 for label in labels) or len(set(labels)) != len(labels):
+            raise ValueError("injection_label must be a label index (>= 0) or a list of distinct ones")
+        from plugins.prompt_guard.onnx_backend import EXTRA, missing_packages  # imports no optional package
+
+        missing = missing_packages()
+        if missing:
+            raise ValueError(f"onnx_model needs the packages {', '.join(missing)}, which are not installed; "
+                             f"install the optional extra: {EXTRA}")
+        return self
+
+
 class PromptGuardConfig(_Strict):
     type: Literal["prompt_guard"]
     id: str = "prompt_guard"
@@ -59,4 +86,7 @@ class PromptGuardConfig(_Strict):
     )
     classifier_model: str | None = Field(
         default=None, description="path to a toolgate-guard-linear/1 JSON model replacing the shipped one"
+    )
+    onnx_model: OnnxModelConfig | None = Field(
+        default=None, description="an optional ONNX classifier, one more piece of evidence ('classifier.onnx')"
     )

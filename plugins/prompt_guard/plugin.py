@@ -22,12 +22,13 @@ from plugins.prompt_guard.classifier import DEFAULT_MODEL, LinearModel
 from plugins.prompt_guard.config import PromptGuardConfig
 from plugins.prompt_guard.metrics import GuardMetrics, guard_metrics
 from plugins.prompt_guard.rulepack import DEFAULT_RULES, load_rules
-from plugins.prompt_guard.scanner import Guard, GuardSettings, Verdict
+from plugins.prompt_guard.scanner import ONNX_ID, Guard, GuardSettings, Verdict
 
 log = logging.getLogger("toolgate.guard")
 
 THREAD_SCAN_CHARS = 64 * 1024
-"""Texts longer than this are scanned in a worker thread so the event loop stays responsive."""
+"""Texts longer than this are scanned in a worker thread so the event loop stays responsive
+(every text is, when an ONNX model is configured: a transformer takes milliseconds per window)."""
 
 
 def _path(value: str | None, default: Path, base_dir: Path | None) -> Path:
@@ -43,11 +44,23 @@ def build_guard(config: PromptGuardConfig, base_dir: Path | None = None, native:
 
     Relative `rules_file` / `classifier_model` paths are read from `base_dir` (the folder of
     the YAML config) when it is known, else from the working directory. `native=False` keeps
-    to the pure-Python scorer even where the compiled one is built (benchmarks, tests)."""
+    to the pure-Python scorer even where the compiled one is built (benchmarks, tests).
+
+    An `onnx_model` is loaded (and `onnxruntime` imported) only when it is configured and
+    neither `detectors.classifier: false` nor `disabled_rules: [classifier.onnx]` turns it off."""
     rules = load_rules(_path(config.rules_file, DEFAULT_RULES, base_dir)) if config.detectors.rules else []
     model = None
     if config.detectors.classifier:
         model = LinearModel.load(_path(config.classifier_model, DEFAULT_MODEL, base_dir), native)
+    onnx = None
+    spec = config.onnx_model
+    if spec is not None and config.detectors.classifier and ONNX_ID not in config.disabled_rules:
+        from plugins.prompt_guard.onnx_backend import OnnxClassifier
+
+        onnx = OnnxClassifier.load(
+            _path(spec.path, Path(spec.path), base_dir), _path(spec.tokenizer, Path(spec.tokenizer), base_dir),
+            spec.max_tokens, spec.injection_label, spec.weight,
+        )
     settings = GuardSettings(
         threshold=config.threshold,
         max_scan_bytes=config.max_scan_bytes,
@@ -55,7 +68,7 @@ def build_guard(config: PromptGuardConfig, base_dir: Path | None = None, native:
         heuristics=config.detectors.heuristics,
         classifier=config.detectors.classifier,
     )
-    return Guard(rules, model, settings, config.disabled_rules, native)
+    return Guard(rules, model, settings, config.disabled_rules, native, onnx)
 
 
 def message_text(content: Any) -> str:
@@ -98,7 +111,7 @@ class PromptGuardPlugin(Plugin):
             self._count("allow", item.kind)
             return
         started = time.perf_counter()
-        if len(item.text) > THREAD_SCAN_CHARS:
+        if len(item.text) > THREAD_SCAN_CHARS or self.guard.onnx is not None:
             verdict = await asyncio.to_thread(self.guard.scan, item.text)
         else:
             verdict = self.guard.scan(item.text)

@@ -7,6 +7,10 @@ Size and time are bounded: a text longer than `max_scan_bytes` characters is sca
 head and its tail (half the cap each), never skipped; the normalised text is cut into
 overlapping chunks that are scored one by one, and the best chunk stands for the text, so one
 injected paragraph is not diluted by a long benign document around it.
+
+An optional ONNX model (`onnx_backend`, id `classifier.onnx`) reads each scanned piece as
+written (it windows the text by its own tokens) and adds its probability to the piece's
+evidence; without one, nothing of it runs or is imported.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from plugins.prompt_guard import heuristics
 from plugins.prompt_guard.classifier import LinearModel
@@ -22,12 +26,16 @@ from plugins.prompt_guard.heuristics import Evidence
 from plugins.prompt_guard.normalize import fold
 from plugins.prompt_guard.rulepack import RulePack, RulePackError, Rule, literal_pattern
 
+if TYPE_CHECKING:  # the backend module is imported only when a model is configured
+    from plugins.prompt_guard.onnx_backend import OnnxClassifier
+
 HEURISTIC_IDS = frozenset({
     "heuristic.chat_template", "heuristic.role_marker", "heuristic.tag_characters",
     "heuristic.invisible_characters", "heuristic.bidi_override", "heuristic.encoded_instruction",
     "heuristic.exfil_url_template", "heuristic.exfil_image",
 })
 CLASSIFIER_ID = "classifier"
+ONNX_ID = "classifier.onnx"
 CHUNK_CHARS = 4096
 CHUNK_OVERLAP = 512
 REPORT_FLOOR = 0.25
@@ -87,16 +95,18 @@ class Guard:
         settings: GuardSettings = GuardSettings(),
         disabled: Iterable[str] = (),
         native: bool = True,
+        onnx: OnnxClassifier | None = None,
     ) -> None:
         rules = list(rules)
         self.disabled = frozenset(disabled)
-        known = {r.id for r in rules} | HEURISTIC_IDS | {CLASSIFIER_ID}
+        known = {r.id for r in rules} | HEURISTIC_IDS | {CLASSIFIER_ID, ONNX_ID}
         unknown = sorted(self.disabled - known)
         if unknown:
             raise RulePackError(f"disabled_rules names unknown ids: {', '.join(unknown)}")
         self.pack = RulePack(rules, [d for d in self.disabled if d in {r.id for r in rules}], native)
         self.model = model
         self.settings = settings
+        self.onnx = onnx if settings.classifier and ONNX_ID not in self.disabled else None
         markers = self.pack.literals | set(heuristics.CHAT_TOKENS) | set(heuristics.ROLE_LINES)
         self._literals = re.compile(literal_pattern(markers))
 
@@ -136,6 +146,8 @@ class Guard:
                 if inner_score >= REPORT_FLOOR:
                     found.append(Evidence("heuristic.encoded_instruction", 1.0 - (1.0 - inner_score) / 2))
                     found += [e for e in inner if e.weight >= REPORT_FLOOR]
+        if self.onnx is not None:
+            found.append(Evidence(ONNX_ID, self.onnx.evidence(raw)))
         best: list[Evidence] = []
         for chunk in chunks(norm):
             evidence = self._scan_chunk(chunk)
