@@ -28,6 +28,14 @@ CLOSE_SECONDS = 10.0
 """Default longest wait for a graceful close (DELETE, process exit) before the task is cancelled."""
 
 
+def sdk_timeout(timeout: float) -> float:
+    """The SDK's own read timeout for calls the gateway bounds at `timeout` (B17): only a backstop,
+    past that bound. The gateway's bound must fire first: cancelling a call makes the SDK tell the
+    server (`notifications/cancelled`, shielded), while an SDK timeout of the same length races the
+    gateway's cancellation, loses that notice, and leaves the server working on a call nobody waits for."""
+    return 2 * timeout
+
+
 def _retrieve(future: asyncio.Future[None]) -> None:
     """Mark a handshake failure as seen: the opener reports it, or nobody is left to."""
     if not future.cancelled():

@@ -9,7 +9,7 @@ from typing import Any
 import mcp
 import mcp_types as types
 
-from plugins.mcp_bridge.connection import McpConnection
+from plugins.mcp_bridge.connection import McpConnection, sdk_timeout
 from plugins.mcp_bridge.content import resource_contents_text
 from plugins.mcp_bridge.errors import ResourceUnavailable
 
@@ -40,10 +40,10 @@ async def list_tools(connection: McpConnection, client: mcp.Client) -> list[type
 
 
 def call_tool(name: str, arguments: dict[str, Any], timeout: float) -> Any:
-    """An operation that calls `name` with `arguments`."""
+    """An operation that calls `name` with `arguments`; the pool bounds it at `timeout` (B17)."""
 
     async def operation(connection: McpConnection, client: mcp.Client) -> types.CallToolResult:
-        return await client.call_tool(name, arguments, read_timeout_seconds=timeout)
+        return await client.call_tool(name, arguments, read_timeout_seconds=sdk_timeout(timeout))
 
     return operation
 

@@ -15,6 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 from gateway.plugins import ChatRequest, Plugin, PluginContext, PluginEnv, ToolResult, ToolSpec
 from gateway.secrets import resolve_secret
 from plugins.mcp_bridge.config import McpBridgeConfig
+from plugins.mcp_bridge.connection import sdk_timeout
 from plugins.mcp_bridge.content import tool_result_text
 from plugins.mcp_bridge.errors import describe
 from plugins.mcp_bridge.injection import inject
@@ -102,7 +103,7 @@ class McpBridgePlugin(Plugin):
         else:
             assert self._http is not None and self.config.endpoint is not None
             target = streamable_http_client(self.config.endpoint, http_client=self._http)
-        return mcp.Client(target, mode=self.config.protocol, read_timeout_seconds=timeout, cache=None)
+        return mcp.Client(target, mode=self.config.protocol, read_timeout_seconds=sdk_timeout(timeout), cache=None)
 
     @property
     def pool(self) -> SessionPool:
