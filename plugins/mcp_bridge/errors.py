@@ -9,6 +9,13 @@ from mcp import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
 
 SESSION_ENDED_MESSAGES = frozenset({"Session not found", "Session terminated"})
+UNREADABLE_ANSWER_PREFIX = "SSE stream failed:"
+"""How the SDK reports an answer it could not read (an event over its size limit, a broken event
+stream): the session is fine and the same call would fail the same way, so it is not retried."""
+
+
+def _unreadable_answer(exc: MCPError) -> bool:
+    return exc.code == CONNECTION_CLOSED and exc.message.startswith(UNREADABLE_ANSWER_PREFIX)
 
 
 class McpCallFailed(Exception):
@@ -37,7 +44,7 @@ def session_ended(exc: BaseException) -> bool:
     if isinstance(exc, MCPError):
         if exc.code == INVALID_REQUEST and exc.message in SESSION_ENDED_MESSAGES:
             return True
-        return exc.code == CONNECTION_CLOSED
+        return exc.code == CONNECTION_CLOSED and not _unreadable_answer(exc)
     return False
 
 
@@ -67,6 +74,8 @@ def describe(exc: BaseException, *, detail: bool = True) -> str:
         if isinstance(leaf, MCPError):
             if leaf.code == REQUEST_TIMEOUT:
                 return "the MCP server did not answer in time"
+            if _unreadable_answer(leaf):
+                return "the MCP server's answer could not be read (too large or malformed)"
             if session_ended(leaf):
                 return "the MCP session ended"
             suffix = f": {leaf.message[:200]}" if detail else ""

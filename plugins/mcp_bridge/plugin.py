@@ -28,6 +28,10 @@ log = logging.getLogger("toolgate.mcp_bridge")
 
 PYTHON_NAMES = frozenset({"python", "python3"})
 
+MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024
+"""Largest server-sent event (one JSON-RPC answer) read from a Streamable HTTP server. The SDK's
+default (1 MiB) failed any tool result over it, though the same result sent as plain JSON passes."""
+
 
 def stdio_parameters(command: list[str], cwd: Path | None = None) -> mcp.StdioServerParameters:
     """How to start a stdio server; a bare `python`/`python3` means this interpreter (venvs work)."""
@@ -102,7 +106,7 @@ class McpBridgePlugin(Plugin):
             target: Any = stdio_parameters(self.config.command, self._cwd)
         else:
             assert self._http is not None and self.config.endpoint is not None
-            target = streamable_http_client(self.config.endpoint, http_client=self._http)
+            target = streamable_http_client(self.config.endpoint, http_client=self._http, max_sse_event_size=MAX_SSE_EVENT_BYTES)
         return mcp.Client(target, mode=self.config.protocol, read_timeout_seconds=sdk_timeout(timeout), cache=None)
 
     @property
