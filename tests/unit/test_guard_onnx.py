@@ -3,8 +3,8 @@
 The model and the tokenizer are built here, from nothing, with `onnx.helper` and `tokenizers`:
 an embedding table over a 20-word vocabulary (injection words push label 1), averaged over
 the unmasked tokens, then a MatMul and a bias to two logits. onnxruntime runs it on the CPU.
-Nothing is downloaded. The tests that need those packages skip without them
-(`pip install -e '.[onnx-test]'`); the ones about their absence always run.
+Nothing is downloaded. The `test` extra installs those packages; outside it the tests that
+need them skip, and the ones about their absence always run.
 """
 
 from __future__ import annotations
