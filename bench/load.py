@@ -234,6 +234,8 @@ def harness(*, workers: int = 1, idle_seconds: float = 40.0, guard_mode: str = "
     mcp = gateway = None
     try:
         mcp = Child("mcp")
+        model.wait_ready()
+        mcp.wait_ready()
         config = gateway_config(model.url, mcp.url, idle_seconds=idle_seconds, guard_mode=guard_mode)
         gateway = Gateway(config, workers=workers).wait_ready()
         yield Harness(model, mcp, gateway, workers, idle_seconds)

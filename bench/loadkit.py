@@ -10,7 +10,8 @@ sessions, and real processes (those two, and `toolgate serve`) started and stopp
   the 2026-07-28 probe is refused), plus `GET /stats`: sessions opened, deleted and still open,
   counted on the server side.
 - `python -m bench.loadkit model|mcp` serves one of them on a free loopback port and prints
-  `PORT <n>`; `Child` starts such a process, `Gateway` a `toolgate serve` process.
+  `PORT <n>` once it listens; `Child` starts such a process, `Gateway` a `toolgate serve` process
+  on port 0 (its port is read from /proc once it listens: no port another process could take).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +166,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def listening_port(pid: int) -> int | None:
+    """The TCP port process `pid` listens on (from /proc), or None while it listens on none."""
+    try:
+        inodes = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        table = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return None
+    for row in table:
+        fields = row.split()
+        if fields[3] == "0A" and f"socket:[{fields[9]}]" in inodes:  # 0A: LISTEN
+            return int(fields[1].rsplit(":", 1)[1], 16)
+    return None
+
+
 def _cmdline(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -189,18 +203,24 @@ def children(pid: int) -> list[int]:
 
 
 class Child:
-    """`python -m bench.loadkit <kind>` in a child process; `url` once it printed its port."""
+    """`python -m bench.loadkit <kind>` in a child process, started at once; `wait_ready()` waits
+    (with a deadline) for the port it prints once it listens."""
 
     def __init__(self, kind: str, *args: str) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "bench.loadkit", kind, *args], cwd=ROOT,
-                                        stdout=subprocess.PIPE, text=True)
+        self.kind = kind
+        self.url = ""
+        self.process = subprocess.Popen([sys.executable, "-m", "bench.loadkit", kind, *args],
+                                        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+
+    def wait_ready(self, timeout: float = 60.0) -> "Child":
         assert self.process.stdout is not None
-        ready, _, _ = select.select([self.process.stdout], [], [], 60.0)  # a deadline, not a hang
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)  # a deadline, not a hang
         line = self.process.stdout.readline().split() if ready else []
         if len(line) != 2 or line[0] != "PORT":
             self.stop()
-            raise RuntimeError(f"bench.loadkit {kind} did not start")
+            raise RuntimeError(f"bench.loadkit {self.kind} did not start")
         self.url = f"http://127.0.0.1:{line[1]}"
+        return self
 
     def cpu_seconds(self) -> float:
         return cpu_seconds(self.process.pid)
@@ -218,20 +238,18 @@ class Child:
 
 
 def gateway_config(model_url: str, mcp_url: str, *, label: str = "load-model", idle_seconds: float = 300,
-                   guard_mode: str = "enforce", extra_routes: list[dict[str, Any]] | None = None,
+                   guard_mode: str | None = "enforce", extra_routes: list[dict[str, Any]] | None = None,
                    extra_upstreams: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Route `assistant`: prompt_guard, then mcp_bridge on the counted server; the model is told `label`."""
+    """Route `assistant`: prompt_guard (unless `guard_mode` is None), then mcp_bridge on the counted
+    server; the model is told `label`."""
+    guard = [{"type": "prompt_guard", "mode": guard_mode}] if guard_mode else []
+    bridge = {"type": "mcp_bridge", "id": "tools", "endpoint": mcp_url + "/mcp", "toolFilter": ["count", "echo"],
+              "sessionIdleSeconds": idle_seconds}
     return {
         "auth": {"mode": "none"},
         "upstreams": [{"name": "model", "kind": "openai", "api_base": model_url + "/v1"}, *(extra_upstreams or [])],
-        "routes": [{
-            "model": "assistant", "upstream": "model", "upstream_model": label,
-            "plugins": [
-                {"type": "prompt_guard", "mode": guard_mode},
-                {"type": "mcp_bridge", "id": "tools", "endpoint": mcp_url + "/mcp", "toolFilter": ["count", "echo"],
-                 "sessionIdleSeconds": idle_seconds},
-            ],
-        }, *(extra_routes or [])],
+        "routes": [{"model": "assistant", "upstream": "model", "upstream_model": label, "plugins": [*guard, bridge]},
+                   *(extra_routes or [])],
     }
 
 
@@ -245,9 +263,8 @@ class Gateway:
         path.write_text(yaml.safe_dump(config))
         self.log_path = Path(self._dir.name) / "gateway.log"
         self._log = self.log_path.open("wb")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--port", str(self.port)]
+        self.url = ""
+        argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--port", "0"]
         if workers > 1:
             argv += ["--workers", str(workers)]
         self.workers = workers
@@ -258,6 +275,11 @@ class Gateway:
         def ready() -> bool:
             if self.process.poll() is not None:
                 return True
+            if not self.url:
+                port = listening_port(self.process.pid)
+                if port is None:
+                    return False
+                self.url = f"http://127.0.0.1:{port}"
             try:
                 return httpx2.get(self.url + "/readyz", timeout=1).status_code == 200
             except httpx2.HTTPError:
@@ -299,21 +321,27 @@ class Gateway:
         self._dir.cleanup()
 
 
-def _serve_forever(kind: str, keep_alive: float) -> None:
-    from tests.support.http_server import ServerThread
+def _serve(kind: str, keep_alive: float) -> None:
+    """Serve one part on a free loopback port until terminated; print `PORT <port>` once it listens."""
+    import asyncio
+
+    import uvicorn
 
     app = tooling_model_app() if kind == "model" else counted_mcp_app()
-    server = ServerThread(app)
-    server.server.config.timeout_keep_alive = keep_alive
-    server.start()
-    print(f"PORT {server.port}", flush=True)
-    threading.Event().wait()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited by accepted connections
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(2048)  # connections wait in the backlog from now on, until uvicorn accepts them
+    print(f"PORT {sock.getsockname()[1]}", flush=True)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, ws="none", timeout_keep_alive=keep_alive)
+    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="serve one part of the load harness on a free loopback port")
+    parser = argparse.ArgumentParser(description="serve one part of the load harness on a loopback port")
     parser.add_argument("kind", choices=["model", "mcp"])
     parser.add_argument("--keep-alive", type=float, default=5.0,
                         help="seconds an idle connection stays open (uvicorn's default, and vLLM's: 5)")
     args = parser.parse_args()
-    _serve_forever(args.kind, args.keep_alive)
+    _serve(args.kind, args.keep_alive)
