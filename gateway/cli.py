@@ -49,6 +49,24 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _route(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.logs import configure_logging
+    from gateway.router import Router, check_backend, parse_listen
+
+    try:
+        host, port = parse_listen(args.listen)
+        backends = [check_backend(url) for url in args.backend]
+    except ValueError as exc:
+        _report([str(exc)])
+        return 2
+    configure_logging(args.log_level)
+    uvicorn.run(Router(backends), host=host, port=port, log_config=None, access_log=False, ws="none",
+                server_header=False, date_header=False)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="toolgate", description="An OpenAI-compatible LLM gateway with MCP tools.")
     parser.add_argument("--version", action="version", version=f"toolgate {__version__}")
@@ -60,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=None, help="port (default: server.port, 8080)")
     serve.add_argument("--workers", type=int, default=1, help="worker processes (each keeps its own MCP session pool)")
     serve.set_defaults(func=_serve)
+
+    route = sub.add_parser("route", help="route requests to several gateways by conversation (consistent hash)")
+    route.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT to listen on (default 127.0.0.1:8080)")
+    route.add_argument("--backend", action="append", required=True, metavar="URL",
+                       help="base URL of a gateway, e.g. http://127.0.0.1:8081 (repeat for each)")
+    route.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    route.set_defaults(func=_route)
 
     check = sub.add_parser("check", help="validate a config file; one line per problem")
     check.add_argument("path", help="the YAML config to check")
