@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 TOOL_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,63}$")
 """The tool-name pattern of the seeds: tool nodes' tools and pipeline names must match it.
@@ -84,6 +84,13 @@ class Graph(BaseModel):
     nodes: list[Node] = Field(default_factory=list)
     edges: list[Edge] = Field(default_factory=list)
     pipelines: list[Pipeline] = Field(default_factory=list)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # JSON `true` is not the number 1 (Python's `True == 1` would let it pass)
+            raise ValueError("Input should be 1")
+        return value
 
     def node_map(self) -> dict[str, Node]:
         """Nodes by id (a validated graph has unique ids)."""
