@@ -126,7 +126,7 @@ def _bad_ports(graph: Graph) -> list[tuple[str, str]]:
         if src is not None:
             if src.kind == "output":
                 bad.append((edge.id, f"output node {src.id} has no output ports"))
-            elif src.kind in ("input", "tool") and src.outputs and edge.source.port not in src.outputs:
+            elif src.kind in ("input", "tool", "merge") and src.outputs and edge.source.port not in src.outputs:
                 bad.append((edge.id, f"node {src.id} has no output port {edge.source.port!r}"))
         if dst is not None:
             if dst.kind == "input":
