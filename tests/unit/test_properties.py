@@ -33,6 +33,7 @@ from plugins.mcp_bridge.prefetch import ContextGatherer
 from plugins.mcp_bridge.templating import render_result
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SUBSTITUTION = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # -- JSON values -------------------------------------------------------------------------------
 
@@ -462,7 +463,7 @@ argument_values = st.recursive(
 identity_values = st.fixed_dictionaries({name: user_text for name in TOKENS})
 
 
-@SETTINGS
+@SUBSTITUTION
 @given(arguments=st.dictionaries(st.text(max_size=6) | token_strings, argument_values, max_size=4), values=identity_values,
        as_parts=st.booleans())
 @example(arguments={"q": "{{last_user_message}}", "{{user_id}}": ["{{org_id}}", 1, True, None, 1.5]},
@@ -488,7 +489,7 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
-@SETTINGS
+@SUBSTITUTION
 @given(template=templates(), values=identity_values, as_parts=st.booleans())
 @example(template=(["{{last_user_message}}"], ["last_user_message"]), values={name: "{{ 7*7 }}{{user_id}}{% if %}" for name in TOKENS},
          as_parts=True)
@@ -508,7 +509,7 @@ inert = st.sampled_from(["{{nope}}", "{% if x %}", "{{ 7*7 }}", "{{}}", "{{ User
 between them no token can form."""
 
 
-@SETTINGS
+@SUBSTITUTION
 @given(pieces=st.lists(inert | literal, max_size=6), values=identity_values)
 def test_text_that_is_not_a_known_token_is_left_as_written(pieces: list[str], values: dict[str, str]) -> None:
     # R: B6
@@ -517,7 +518,7 @@ def test_text_that_is_not_a_known_token_is_left_as_written(pieces: list[str], va
     assert result == {"q": template}
 
 
-@SETTINGS
+@SUBSTITUTION
 @given(before=literal, after=literal, result=user_text)
 def test_the_result_template_wraps_any_tool_output_verbatim(before: str, after: str, result: str) -> None:
     # R: B8
