@@ -228,40 +228,128 @@ static PyTypeObject NgramTableType = {
 };
 
 
-/* ---- WordTable: which tokens of a text are rule words -------------------------------------
+/* ---- RuleMatcher: the rule pack's word patterns ----------------------------------------------
  *
- * `WordTable(table, words, prefixes)`; `find(data) -> (token_count, positions, tokens)` lists,
- * in order, every token of `data` (tokenised as above) that is one of `words` or starts with
- * one of `prefixes`, with its index among all tokens. The rule matcher only ever looks at
- * such tokens, so it never has to build the full token list of a long benign text.
+ * `RuleMatcher(table, words, prefixes, patterns)`: `words` are the pack's words (a token's word
+ * id is its index), `prefixes` its word prefixes (at most 32), and each pattern is
+ * `(rule, slots)` with slots `(word_ids, prefix_mask, optional, gap)`; a pattern's first slot
+ * holds plain words. `match(data)` tokenises `data` as above, lists the tokens some slot can
+ * accept (a word, or a token starting with a prefix), and returns the sorted indexes of the
+ * rules with a pattern that matches: the same search as `rulepack._match_rest` in Python, over
+ * the same sparse list of tokens, so the same rules fire.
  */
 #define MAX_WORD 255
+#define MAX_PREFIXES 32
+#define MAX_SLOTS 12
+
+typedef struct {
+    uint64_t key; /* uni_key of the word; 0: empty */
+    int32_t id;
+} WordSlot;
+
+typedef struct {
+    Py_ssize_t bits; /* offset of this slot's word bitset in `bitsets` */
+    uint32_t prefixes;
+    int optional;
+    Py_ssize_t gap;
+} PatternSlot;
+
+typedef struct {
+    Py_ssize_t rule;
+    Py_ssize_t nslots;
+    PatternSlot slots[MAX_SLOTS];
+} Pattern;
 
 typedef struct {
     PyObject_HEAD
-    uint64_t *keys;
-    PyObject **words; /* borrowed from `self->all` */
+    WordSlot *table;
     uint64_t mask;
-    PyObject *all;      /* tuple of the word bytes objects (owned) */
-    PyObject *prefixes; /* tuple of prefix bytes objects (owned) */
-    unsigned char first[256]; /* first bytes of the prefixes */
-    Py_ssize_t longest;
+    PyObject *words;    /* tuple of bytes (owned) */
+    PyObject *prefixes; /* tuple of bytes (owned) */
+    unsigned char first[256];
+    Py_ssize_t nwords, words64, nrules;
+    uint64_t *bitsets;   /* words64 uint64 per pattern slot */
+    Pattern *patterns;
+    Py_ssize_t npatterns;
+    Py_ssize_t *starts;  /* per word id: [starts[id], starts[id+1]) into `by_first` */
+    Py_ssize_t *by_first;
     unsigned char bytes[256];
-} WordTable;
+} RuleMatcher;
 
-static void WordTable_dealloc(WordTable *self) {
-    PyMem_Free(self->keys);
-    PyMem_Free(self->words);
-    Py_XDECREF(self->all);
+static void RuleMatcher_dealloc(RuleMatcher *self) {
+    PyMem_Free(self->table);
+    PyMem_Free(self->bitsets);
+    PyMem_Free(self->patterns);
+    PyMem_Free(self->starts);
+    PyMem_Free(self->by_first);
+    Py_XDECREF(self->words);
     Py_XDECREF(self->prefixes);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int WordTable_init(WordTable *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"table", "words", "prefixes", NULL};
+static int bytes_arg(PyObject *w, const char *what) {
+    if (!PyBytes_Check(w) || PyBytes_GET_SIZE(w) == 0 || PyBytes_GET_SIZE(w) > MAX_WORD) {
+        PyErr_Format(PyExc_ValueError, "%s must be non-empty bytes of at most 255 bytes", what);
+        return -1;
+    }
+    return 0;
+}
+
+static int word_id(const RuleMatcher *t, uint64_t h, const unsigned char *token, Py_ssize_t len) {
+    uint64_t key = uni_key(h);
+    uint64_t j = key & t->mask;
+    while (t->table[j].key != 0) {
+        if (t->table[j].key == key) {
+            PyObject *w = PyTuple_GET_ITEM(t->words, t->table[j].id);
+            if (PyBytes_GET_SIZE(w) == len && memcmp(PyBytes_AS_STRING(w), token, len) == 0) return t->table[j].id;
+            return -1;
+        }
+        j = (j + 1) & t->mask;
+    }
+    return -1;
+}
+
+static uint32_t prefix_mask(const RuleMatcher *t, const unsigned char *token, Py_ssize_t len) {
+    uint32_t m = 0;
+    if (!t->first[token[0]]) return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t->prefixes); i++) {
+        PyObject *p = PyTuple_GET_ITEM(t->prefixes, i);
+        Py_ssize_t n = PyBytes_GET_SIZE(p);
+        if (n <= len && memcmp(PyBytes_AS_STRING(p), token, n) == 0) m |= (uint32_t)1 << i;
+    }
+    return m;
+}
+
+static int parse_slot(RuleMatcher *self, PyObject *item, PatternSlot *slot, Py_ssize_t index) {
+    PyObject *ids;
+    unsigned long prefixes;
+    int optional;
+    Py_ssize_t gap;
+    if (!PyArg_ParseTuple(item, "Okpn", &ids, &prefixes, &optional, &gap)) return -1;
+    slot->bits = index * self->words64;
+    slot->prefixes = (uint32_t)prefixes;
+    slot->optional = optional;
+    slot->gap = gap < 0 ? 0 : gap;
+    PyObject *seq = PySequence_Fast(ids, "word ids must be a sequence");
+    if (seq == NULL) return -1;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        Py_ssize_t id = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i));
+        if (id < 0 || id >= self->nwords) {
+            Py_DECREF(seq);
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "word id out of range");
+            return -1;
+        }
+        self->bitsets[slot->bits + id / 64] |= (uint64_t)1 << (id % 64);
+    }
+    Py_DECREF(seq);
+    return 0;
+}
+
+static int RuleMatcher_init(RuleMatcher *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"table", "words", "prefixes", "patterns", NULL};
     Py_buffer table;
-    PyObject *words, *prefixes;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*OO", kwlist, &table, &words, &prefixes)) return -1;
+    PyObject *words, *prefixes, *patterns;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*OOO", kwlist, &table, &words, &prefixes, &patterns)) return -1;
     if (table.len != 256) {
         PyBuffer_Release(&table);
         PyErr_SetString(PyExc_ValueError, "table must be 256 bytes");
@@ -269,168 +357,223 @@ static int WordTable_init(WordTable *self, PyObject *args, PyObject *kwds) {
     }
     memcpy(self->bytes, table.buf, 256);
     PyBuffer_Release(&table);
-    PyObject *all = PySequence_Tuple(words);
-    PyObject *pre = all ? PySequence_Tuple(prefixes) : NULL;
-    if (pre == NULL) {
-        Py_XDECREF(all);
+    if (self->words != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "RuleMatcher is already initialised");
         return -1;
     }
-    Py_XSETREF(self->all, all);
-    Py_XSETREF(self->prefixes, pre);
-    Py_ssize_t n = PyTuple_GET_SIZE(all);
+    self->words = PySequence_Tuple(words);
+    self->prefixes = self->words ? PySequence_Tuple(prefixes) : NULL;
+    PyObject *pats = self->prefixes ? PySequence_Tuple(patterns) : NULL;
+    if (pats == NULL) return -1;
+    int rc = -1;
+    self->nwords = PyTuple_GET_SIZE(self->words);
+    self->words64 = (self->nwords + 63) / 64;
+    if (PyTuple_GET_SIZE(self->prefixes) > MAX_PREFIXES) {
+        PyErr_SetString(PyExc_ValueError, "at most 32 prefixes");
+        goto done;
+    }
     uint64_t cap = 16;
-    while (cap < (uint64_t)n * 2 + 1) cap <<= 1;
-    PyMem_Free(self->keys);
-    PyMem_Free(self->words);
-    self->keys = PyMem_Calloc(cap, sizeof(uint64_t));
-    self->words = PyMem_Calloc(cap, sizeof(PyObject *));
+    while (cap < (uint64_t)self->nwords * 2 + 1) cap <<= 1;
+    self->table = PyMem_Calloc(cap, sizeof(WordSlot));
     self->mask = cap - 1;
-    if (self->keys == NULL || self->words == NULL) {
+    self->npatterns = PyTuple_GET_SIZE(pats);
+    self->patterns = PyMem_Calloc(self->npatterns ? self->npatterns : 1, sizeof(Pattern));
+    self->bitsets = PyMem_Calloc((size_t)(self->npatterns * MAX_SLOTS * self->words64) + 1, sizeof(uint64_t));
+    self->starts = PyMem_Calloc(self->nwords + 1, sizeof(Py_ssize_t));
+    if (!self->table || !self->patterns || !self->bitsets || !self->starts) {
         PyErr_NoMemory();
-        return -1;
+        goto done;
     }
-    self->longest = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *w = PyTuple_GET_ITEM(all, i);
-        if (!PyBytes_Check(w) || PyBytes_GET_SIZE(w) == 0 || PyBytes_GET_SIZE(w) > MAX_WORD) {
-            PyErr_SetString(PyExc_ValueError, "words must be non-empty bytes of at most 255 bytes");
-            return -1;
-        }
+    for (Py_ssize_t i = 0; i < self->nwords; i++) {
+        PyObject *w = PyTuple_GET_ITEM(self->words, i);
+        if (bytes_arg(w, "words") < 0) goto done;
         uint64_t key = uni_key(fnv((const unsigned char *)PyBytes_AS_STRING(w), PyBytes_GET_SIZE(w)));
         uint64_t j = key & self->mask;
-        while (self->keys[j] != 0 && self->keys[j] != key) j = (j + 1) & self->mask;
-        if (self->keys[j] == key && self->words[j] != NULL &&
-            PyObject_RichCompareBool(self->words[j], w, Py_EQ) != 1) {
-            PyErr_SetString(PyExc_ValueError, "two words share a hash key");
-            return -1;
+        while (self->table[j].key != 0) {
+            if (self->table[j].key == key) {
+                PyErr_SetString(PyExc_ValueError, "two words share a hash key (or a word is listed twice)");
+                goto done;
+            }
+            j = (j + 1) & self->mask;
         }
-        self->keys[j] = key;
-        self->words[j] = w;
-        if (PyBytes_GET_SIZE(w) > self->longest) self->longest = PyBytes_GET_SIZE(w);
+        self->table[j].key = key;
+        self->table[j].id = (int32_t)i;
     }
     memset(self->first, 0, sizeof(self->first));
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pre); i++) {
-        PyObject *w = PyTuple_GET_ITEM(pre, i);
-        if (!PyBytes_Check(w) || PyBytes_GET_SIZE(w) == 0 || PyBytes_GET_SIZE(w) > MAX_WORD) {
-            PyErr_SetString(PyExc_ValueError, "prefixes must be non-empty bytes of at most 255 bytes");
-            return -1;
-        }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->prefixes); i++) {
+        PyObject *w = PyTuple_GET_ITEM(self->prefixes, i);
+        if (bytes_arg(w, "prefixes") < 0) goto done;
         self->first[(unsigned char)PyBytes_AS_STRING(w)[0]] = 1;
     }
-    return 0;
-}
-
-/* The word object equal to token[0:len] (hash `h`), or NULL. */
-static PyObject *word_of(const WordTable *t, uint64_t h, const unsigned char *token, Py_ssize_t len) {
-    uint64_t key = uni_key(h);
-    uint64_t j = key & t->mask;
-    while (t->keys[j] != 0) {
-        if (t->keys[j] == key) {
-            PyObject *w = t->words[j];
-            if (PyBytes_GET_SIZE(w) == len && memcmp(PyBytes_AS_STRING(w), token, len) == 0) return w;
-            return NULL;
+    self->nrules = 0;
+    Py_ssize_t total_first = 0;
+    for (Py_ssize_t p = 0; p < self->npatterns; p++) {
+        PyObject *slots;
+        Pattern *pat = &self->patterns[p];
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(pats, p), "nO", &pat->rule, &slots)) goto done;
+        PyObject *seq = PySequence_Fast(slots, "slots must be a sequence");
+        if (seq == NULL) goto done;
+        pat->nslots = PySequence_Fast_GET_SIZE(seq);
+        if (pat->nslots < 1 || pat->nslots > MAX_SLOTS || pat->rule < 0) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "a pattern has 1 to 12 slots and a rule index >= 0");
+            goto done;
         }
-        j = (j + 1) & t->mask;
+        for (Py_ssize_t k = 0; k < pat->nslots; k++) {
+            if (parse_slot(self, PySequence_Fast_GET_ITEM(seq, k), &pat->slots[k], p * MAX_SLOTS + k) < 0) {
+                Py_DECREF(seq);
+                goto done;
+            }
+        }
+        Py_DECREF(seq);
+        if (pat->rule + 1 > self->nrules) self->nrules = pat->rule + 1;
+        const uint64_t *bits = &self->bitsets[pat->slots[0].bits];
+        for (Py_ssize_t id = 0; id < self->nwords; id++)
+            if (bits[id / 64] >> (id % 64) & 1) {
+                self->starts[id + 1]++;
+                total_first++;
+            }
     }
-    return NULL;
+    for (Py_ssize_t id = 0; id < self->nwords; id++) self->starts[id + 1] += self->starts[id];
+    self->by_first = PyMem_Calloc(total_first + 1, sizeof(Py_ssize_t));
+    Py_ssize_t *fill = PyMem_Calloc(self->nwords + 1, sizeof(Py_ssize_t));
+    if (!self->by_first || !fill) {
+        PyMem_Free(fill);
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t p = 0; p < self->npatterns; p++) {
+        const uint64_t *bits = &self->bitsets[self->patterns[p].slots[0].bits];
+        for (Py_ssize_t id = 0; id < self->nwords; id++)
+            if (bits[id / 64] >> (id % 64) & 1) self->by_first[self->starts[id] + fill[id]++] = p;
+    }
+    PyMem_Free(fill);
+    rc = 0;
+done:
+    Py_DECREF(pats);
+    return rc;
 }
 
-static int has_prefix(const WordTable *t, const unsigned char *token, Py_ssize_t len) {
-    if (!t->first[token[0]]) return 0;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t->prefixes); i++) {
-        PyObject *p = PyTuple_GET_ITEM(t->prefixes, i);
-        Py_ssize_t n = PyBytes_GET_SIZE(p);
-        if (n <= len && memcmp(PyBytes_AS_STRING(p), token, n) == 0) return 1;
-    }
-    return 0;
+typedef struct {
+    Py_ssize_t *pos;
+    int32_t *wid;
+    uint32_t *pmask;
+    Py_ssize_t n;
+} Hits;
+
+static int accepts(const RuleMatcher *t, const PatternSlot *slot, const Hits *h, Py_ssize_t i) {
+    int32_t id = h->wid[i];
+    if (id >= 0 && (t->bitsets[slot->bits + id / 64] >> (id % 64) & 1)) return 1;
+    return (h->pmask[i] & slot->prefixes) != 0;
 }
 
-static int emit_word(const WordTable *t, PyObject *positions, PyObject *tokens, Py_ssize_t index,
-                     uint64_t h, const unsigned char *token, Py_ssize_t len, int truncated) {
-    PyObject *word = truncated ? NULL : word_of(t, h, token, len);
-    PyObject *item;
-    if (word != NULL) {
-        Py_INCREF(word);
-        item = word;
-    } else if (!truncated && has_prefix(t, token, len)) {
-        item = PyBytes_FromStringAndSize((const char *)token, len);
-        if (item == NULL) return -1;
-    } else {
-        return 0;
-    }
-    PyObject *pos = PyLong_FromSsize_t(index);
-    if (pos == NULL || PyList_Append(positions, pos) < 0 || PyList_Append(tokens, item) < 0) {
-        Py_XDECREF(pos);
-        Py_DECREF(item);
-        return -1;
-    }
-    Py_DECREF(pos);
-    Py_DECREF(item);
-    return 0;
+static int match_rest(const RuleMatcher *t, const Pattern *pat, Py_ssize_t k, const Hits *h, Py_ssize_t j,
+                      Py_ssize_t pos) {
+    if (k == pat->nslots) return 1;
+    const PatternSlot *slot = &pat->slots[k];
+    Py_ssize_t end = pos + slot->gap + 1;
+    for (Py_ssize_t i = j; i < h->n && h->pos[i] < end; i++)
+        if (accepts(t, slot, h, i) && match_rest(t, pat, k + 1, h, i + 1, h->pos[i] + 1)) return 1;
+    return slot->optional && match_rest(t, pat, k + 1, h, j, pos);
 }
 
-static PyObject *WordTable_find(WordTable *self, PyObject *args) {
+static PyObject *RuleMatcher_match(RuleMatcher *self, PyObject *args) {
     Py_buffer buf;
     if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
-    PyObject *positions = PyList_New(0), *tokens = PyList_New(0);
-    if (positions == NULL || tokens == NULL) goto fail;
+    Py_ssize_t cap = buf.len / 2 + 1; /* a token and its separator take two bytes at least */
+    Hits h = {PyMem_Malloc(cap * sizeof(Py_ssize_t)), PyMem_Malloc(cap * sizeof(int32_t)),
+              PyMem_Malloc(cap * sizeof(uint32_t)), 0};
+    unsigned char *fired = PyMem_Calloc(self->nrules + 1, 1);
+    PyObject *out = NULL;
+    if (!h.pos || !h.wid || !h.pmask || !fired) {
+        PyErr_NoMemory();
+        goto done;
+    }
     const unsigned char *p = buf.buf;
     Py_ssize_t n = buf.len, count = 0, len = 0;
     unsigned char token[MAX_WORD];
     int in_token = 0, truncated = 0;
-    uint64_t h = 0;
+    uint64_t hash = 0;
+    Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i <= n; i++) {
         unsigned char c = i < n ? self->bytes[p[i]] : SEPARATOR;
         if (c != SEPARATOR) {
             if (!in_token) {
-                h = FNV_OFFSET;
+                hash = FNV_OFFSET;
                 in_token = 1;
                 truncated = 0;
                 len = 0;
             }
-            h ^= c;
-            h *= FNV_PRIME;
+            hash ^= c;
+            hash *= FNV_PRIME;
             if (len < MAX_WORD) token[len++] = c;
             else truncated = 1;
         } else if (in_token) {
             in_token = 0;
-            if (emit_word(self, positions, tokens, count, h, token, len, truncated) < 0) goto fail;
+            /* A token longer than the buffer is no word, but may still start with a prefix. */
+            int32_t id = truncated ? -1 : word_id(self, hash, token, len);
+            uint32_t m = prefix_mask(self, token, len);
+            if (id >= 0 || m) {
+                h.pos[h.n] = count;
+                h.wid[h.n] = id;
+                h.pmask[h.n] = m;
+                h.n++;
+            }
             count++;
         }
     }
+    for (Py_ssize_t j = 0; j < h.n; j++) {
+        int32_t id = h.wid[j];
+        if (id < 0) continue;
+        for (Py_ssize_t s = self->starts[id]; s < self->starts[id + 1]; s++) {
+            const Pattern *pat = &self->patterns[self->by_first[s]];
+            if (!fired[pat->rule] && match_rest(self, pat, 1, &h, j + 1, h.pos[j] + 1)) fired[pat->rule] = 1;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    out = PyList_New(0);
+    for (Py_ssize_t r = 0; out && r < self->nrules; r++) {
+        if (!fired[r]) continue;
+        PyObject *v = PyLong_FromSsize_t(r);
+        if (v == NULL || PyList_Append(out, v) < 0) Py_CLEAR(out);
+        Py_XDECREF(v);
+    }
+done:
+    PyMem_Free(h.pos);
+    PyMem_Free(h.wid);
+    PyMem_Free(h.pmask);
+    PyMem_Free(fired);
     PyBuffer_Release(&buf);
-    return Py_BuildValue("(nNN)", count, positions, tokens);
-fail:
-    PyBuffer_Release(&buf);
-    Py_XDECREF(positions);
-    Py_XDECREF(tokens);
-    return NULL;
+    return out;
 }
 
-static PyMethodDef WordTable_methods[] = {
-    {"find", (PyCFunction)WordTable_find, METH_VARARGS,
-     "find(data) -> (token_count, positions, tokens) of the tokens that are words or start with a prefix"},
+static PyMethodDef RuleMatcher_methods[] = {
+    {"match", (PyCFunction)RuleMatcher_match, METH_VARARGS,
+     "match(data) -> sorted indexes of the rules whose patterns match the tokens of data"},
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject WordTableType = {
+static PyTypeObject RuleMatcherType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "plugins.prompt_guard._native.WordTable",
-    .tp_basicsize = sizeof(WordTable),
+    .tp_name = "plugins.prompt_guard._native.RuleMatcher",
+    .tp_basicsize = sizeof(RuleMatcher),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The rule words and prefixes; find() lists where they occur in a text.",
+    .tp_doc = "The rule pack's word patterns, matched over a text in one pass.",
     .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)WordTable_init,
-    .tp_dealloc = (destructor)WordTable_dealloc,
-    .tp_methods = WordTable_methods,
+    .tp_init = (initproc)RuleMatcher_init,
+    .tp_dealloc = (destructor)RuleMatcher_dealloc,
+    .tp_methods = RuleMatcher_methods,
 };
 
 static struct PyModuleDef native_module = {
-    PyModuleDef_HEAD_INIT, "_native", "Compiled scorer for prompt_guard's classifier.", -1, NULL,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_native",
+    .m_doc = "Compiled scorer for prompt_guard: the classifier's n-gram table and the rule matcher.",
+    .m_size = -1,
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&NgramTableType) < 0 || PyType_Ready(&WordTableType) < 0) return NULL;
+    if (PyType_Ready(&NgramTableType) < 0 || PyType_Ready(&RuleMatcherType) < 0) return NULL;
     PyObject *m = PyModule_Create(&native_module);
     if (m == NULL) return NULL;
     Py_INCREF(&NgramTableType);
@@ -439,9 +582,9 @@ PyMODINIT_FUNC PyInit__native(void) {
         Py_DECREF(m);
         return NULL;
     }
-    Py_INCREF(&WordTableType);
-    if (PyModule_AddObject(m, "WordTable", (PyObject *)&WordTableType) < 0) {
-        Py_DECREF(&WordTableType);
+    Py_INCREF(&RuleMatcherType);
+    if (PyModule_AddObject(m, "RuleMatcher", (PyObject *)&RuleMatcherType) < 0) {
+        Py_DECREF(&RuleMatcherType);
         Py_DECREF(m);
         return NULL;
     }

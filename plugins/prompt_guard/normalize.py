@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterator
 from functools import lru_cache
 
 ZERO_WIDTH = frozenset(
@@ -126,25 +127,14 @@ def _fast_fold(text: str) -> str | None:
     return text.lower()
 
 
-def _nfkc(text: str, block: int = 4096) -> str:
-    """NFKC, applied only to the blocks of lines that need it.
-
-    A newline never composes with its neighbours, so NFKC of lines is NFKC of the text; the
-    check (`is_normalized`) is some 30 times cheaper than the rewrite, and a long document
-    usually has only a few lines with compatibility characters in them."""
-    if unicodedata.is_normalized("NFKC", text):
-        return text
-    if len(text) <= 2 * block:
-        return unicodedata.normalize("NFKC", text)
-    parts: list[str] = []
+def _blocks(text: str, size: int = 4096) -> Iterator[str]:
+    """`text` cut after a newline every `size` characters or so (a block is whole lines)."""
     start = 0
     while start < len(text):
-        end = text.find("\n", start + block)
+        end = text.find("\n", start + size)
         end = len(text) if end < 0 else end + 1
-        part = text[start:end]
-        parts.append(part if unicodedata.is_normalized("NFKC", part) else unicodedata.normalize("NFKC", part))
+        yield text[start:end]
         start = end
-    return "".join(parts)
 
 
 def fold(text: str) -> tuple[str, int]:
@@ -154,13 +144,27 @@ def fold(text: str) -> tuple[str, int]:
     characters are ordinary punctuation, symbols and accented Latin letters (replaced one by
     one). Other text goes through NFKC, loses its invisible and tag characters, has confusables
     folded and Unicode punctuation turned into spaces, and is case-folded.
+
+    A long text is folded block by block (whole lines each): a newline never composes with its
+    neighbours under NFKC and every other step works character by character, so the result is
+    the same, and only the blocks that hold other scripts or compatibility characters pay for
+    the general path.
     """
+    if text.isascii():
+        return text.lower(), 0
+    if len(text) <= 8192:
+        return _fold_block(text)
+    folded = [_fold_block(block) for block in _blocks(text)]
+    return "".join(f for f, _ in folded), sum(h for _, h in folded)
+
+
+def _fold_block(text: str) -> tuple[str, int]:
     if text.isascii():
         return text.lower(), 0
     fast = _fast_fold(text)
     if fast is not None:
         return fast, 0
-    folded, hidden = _INVISIBLE.subn("", _nfkc(text))
+    folded, hidden = _INVISIBLE.subn("", unicodedata.normalize("NFKC", text))
     if _CONFUSABLE.search(folded):
         # Only the look-alikes are touched: `str.translate` with a dict walks every character
         # in Python-level lookups and costs ~0.1 s per MB.

@@ -8,11 +8,11 @@ A pattern is a sequence of *slots* over the normalised word tokens, never a rege
 - `*` allows up to 3 arbitrary words before the next slot, `~N` up to N (N ≤ 8).
 
 `literals` are plain substrings of the normalised text (`[system]`). Matching first lists the
-tokens any rule can accept, with their positions (one pass; the compiled `WordTable` does it
-without building the whole token list), looks patterns up by their least common required word,
-keeps those whose required words all occur, and checks each position of their first words (the
-first slot must be plain words) with a bounded number of steps, so the cost is linear in the
-text with no way to backtrack catastrophically (P5).
+tokens any rule can accept, with their positions (one pass), looks patterns up by their least
+common required word, keeps those whose required words all occur, and checks each position of
+their first words (the first slot must be plain words) with a bounded number of steps, so the
+cost is linear in the text with no way to backtrack catastrophically (P5). The compiled
+`RuleMatcher` (setup.py; optional) runs the same search in C.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ import yaml
 
 from plugins.prompt_guard.normalize import TOKEN_TABLE, normalize
 
-try:  # the optional compiled word finder (setup.py): the same matches without a full token list
-    from plugins.prompt_guard._native import WordTable
+try:  # the optional compiled matcher (setup.py): the same matches, several times faster
+    from plugins.prompt_guard._native import RuleMatcher
 except ImportError:  # pragma: no cover - depends on the install having had a C compiler
-    WordTable = None
+    RuleMatcher = None
 
 MAX_SLOTS = 12
 MAX_GAP = 8
@@ -166,20 +166,37 @@ class RulePack:
         self._words = frozenset(w for rule in self.rules for p in rule.patterns for s in p for w in s.words)
         self._literals = [(lit, r) for r in self.rules for lit in r.literals]
         self._prefixes = tuple(sorted({x for r in self.rules for p in r.patterns for s in p for x in s.prefixes}))
-        self._finder = _word_table(self._words, self._prefixes) if native else None
+        self._matcher = self._compiled() if native else None
 
     @property
     def backend(self) -> str:
-        """`native` when the compiled word finder is in use, else `python`."""
-        return "python" if self._finder is None else "native"
+        """`native` when the compiled matcher is in use, else `python`."""
+        return "python" if self._matcher is None else "native"
 
     def match_text(self, normalized: bytes, literal_hits: Collection[str] = ()) -> list[Rule]:
-        """`match` on the tokens of UTF-8 normalised text; the compiled finder lists only the
-        tokens some rule can accept, without building the text's whole token list."""
-        if self._finder is None:
+        """`match` on the tokens of UTF-8 normalised text (by the compiled matcher when there
+        is one: it runs the same search as `_match_rest` over the same tokens)."""
+        if self._matcher is None:
             return self.match(normalized.translate(TOKEN_TABLE).split(), literal_hits)
-        _, positions, words = self._finder.find(normalized)
-        return self._match(positions, words, literal_hits)
+        return self._with_literals({self.rules[i].id for i in self._matcher.match(normalized)}, literal_hits)
+
+    def _compiled(self) -> Any:
+        """The compiled matcher of the enabled rules, or None without the extension (or for a
+        pack it cannot hold: more than 32 prefixes)."""
+        if RuleMatcher is None or len(self._prefixes) > 32:
+            return None
+        words = sorted(self._words)
+        ids = {w: i for i, w in enumerate(words)}
+        bits = {p: 1 << i for i, p in enumerate(self._prefixes)}
+        patterns = [
+            (index, [(sorted(ids[w] for w in s.words), sum(bits[p] for p in set(s.prefixes)), s.optional, s.gap)
+                     for s in pattern])
+            for index, rule in enumerate(self.rules) for pattern in rule.patterns
+        ]
+        try:
+            return RuleMatcher(TOKEN_TABLE, words, self._prefixes, patterns)
+        except ValueError:
+            return None
 
     @property
     def literals(self) -> set[str]:
@@ -209,20 +226,12 @@ class RulePack:
                 for rule, pattern in live[words[j]]:
                     if rule.id not in fired and _match_rest(pattern, 1, positions, words, j + 1, positions[j] + 1):
                         fired[rule.id] = rule
-        for lit, rule in self._literals:
-            if rule.id not in fired and lit in literal_hits:
-                fired[rule.id] = rule
-        return [r for r in self.rules if r.id in fired]
+        return self._with_literals(fired.keys(), literal_hits)
 
-
-def _word_table(words: Collection[bytes], prefixes: Collection[bytes]) -> Any:
-    """The compiled finder of `words` and `prefixes`, or None without the extension."""
-    if WordTable is None:
-        return None
-    try:
-        return WordTable(TOKEN_TABLE, sorted(words), sorted(prefixes))
-    except ValueError:
-        return None
+    def _with_literals(self, fired: Collection[str], literal_hits: Collection[str]) -> list[Rule]:
+        """The rules in `fired` and those with a literal among `literal_hits`, in pack order."""
+        ids = set(fired) | {rule.id for lit, rule in self._literals if lit in literal_hits}
+        return [r for r in self.rules if r.id in ids]
 
 
 def parse_rules(data: Any, source: str) -> list[Rule]:

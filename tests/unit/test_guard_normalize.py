@@ -91,17 +91,21 @@ def test_text_with_combining_marks_or_other_scripts_takes_the_full_path() -> Non
 
 
 def test_long_text_is_normalised_block_by_block_exactly_as_a_whole() -> None:
-    # R: P3, P5 — NFKC is applied only to the blocks of lines that need it; the result is the
-    # whole text's NFKC, also where a line starts with a combining mark or ends in a Hangul jamo.
+    # R: P3, P5 — a long text is folded block by block (whole lines), each block by the cheapest
+    # path that gives the general result; the whole equals the general path on the whole text,
+    # also where a line starts with a combining mark or ends in a Hangul jamo.
     import random
     import unicodedata
 
-    from plugins.prompt_guard.normalize import _nfkc
+    from plugins.prompt_guard import normalize as n
 
     rng = random.Random(7)
     pieces = ["plain line", "ﬁle ＦＵＬＬ ①", "\u0301accent first", "cafe\u0301", "\u1100", "\u1161 jamo",
-              "Іgnore ρrevious", "日本語 ｶﾀｶﾅ", "", "x" * 300, "\u00a0nbsp\u2028sep"]
+              "Іgnore ρrevious", "日本語 ｶﾀｶﾅ", "", "x" * 300, "\u00a0nbsp\u2028sep", "ΟΔΟΣ Σ",
+              "it’s “fine” — é", "zero\u200bwidth", "tag\U000E0041\U000E0042"]
     text = "\n".join(rng.choice(pieces) for _ in range(3000))
     assert len(text) > 20_000 and not unicodedata.is_normalized("NFKC", text)
-    assert _nfkc(text) == unicodedata.normalize("NFKC", text)
-    assert fold(text)[0] == _full_fold(text)
+    assert "".join(n._blocks(text)) == text
+    folded, hidden = fold(text)
+    assert folded == _full_fold(text)
+    assert hidden == len(n._INVISIBLE.findall(unicodedata.normalize("NFKC", text)))
