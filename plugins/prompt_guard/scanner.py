@@ -149,10 +149,12 @@ class Guard:
         if self.onnx is not None:
             found.append(Evidence(ONNX_ID, self.onnx.evidence(raw)))
         best: list[Evidence] = []
+        best_score = 0.0
         for chunk in chunks(norm):
             evidence = self._scan_chunk(chunk)
-            if combine(evidence) > combine(best):
-                best = evidence
+            score = combine(evidence)
+            if score > best_score:
+                best, best_score = evidence, score
         return [e for e in found + best if e.id not in self.disabled]
 
     def _scan_chunk(self, norm: str) -> list[Evidence]:
