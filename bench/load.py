@@ -2,7 +2,7 @@
 prompt_guard, against a real `toolgate serve` process. Loopback only; it stops by itself.
 
     /work/venv/bin/python bench/load.py [--conversations 200] [--turns 10] [--idle 40] [--seconds 150]
-                                        [--workers-conversations 40] [--workers-idle 10] [--no-write]
+                                        [--workers-conversations 30] [--workers-idle 15] [--no-write]
 
 Each turn: the client sends the conversation so far with `X-Conversation-Id`; the scripted model
 (bench/loadkit.py, own process) calls `count` and `echo`; the gateway runs both on the
@@ -104,6 +104,8 @@ def error_kind(error: str) -> str:
     if what.startswith("status "):
         code = re.search(r'"code":\s*"([^"]+)"', what)
         return what.split(":", 1)[0] + (f" {code.group(1)}" if code else "")
+    if what.startswith("stream error event"):
+        return ": ".join(what.split(": ")[:3])
     if what.startswith("tool failed"):
         reason = re.search(r"the tool failed: ([^|]+)", what)
         return "tool failed: " + (reason.group(1).strip() if reason else "?")
@@ -122,7 +124,7 @@ def _answer_of_stream(lines: list[str]) -> tuple[str, str | None]:
             continue
         event = json.loads(data)
         if "error" in event:
-            error = f"stream error event: {event['error'].get('code')}"
+            error = f"stream error event: {event['error'].get('code')}: {str(event['error'].get('message'))[:200]}"
         for choice in event.get("choices", []):
             content.append(choice.get("delta", {}).get("content") or "")
     if error is None and not done:
@@ -407,9 +409,9 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=40.0,
                         help="sessionIdleSeconds of the main run; must exceed the longest gap between two turns (default 40)")
     parser.add_argument("--seconds", type=float, default=150.0, help="the main run's deadline; turns past it are errors")
-    parser.add_argument("--workers-conversations", type=int, default=40,
+    parser.add_argument("--workers-conversations", type=int, default=30,
                         help="conversations of the --workers 2 run (0: skip it)")
-    parser.add_argument("--workers-idle", type=float, default=10.0, help="sessionIdleSeconds of the --workers 2 run")
+    parser.add_argument("--workers-idle", type=float, default=15.0, help="sessionIdleSeconds of the --workers 2 run")
     parser.add_argument("--model-keep-alive", type=float, default=5.0,
                         help="keep-alive of the scripted model's server, seconds (uvicorn's and vLLM's default: 5)")
     parser.add_argument("--no-write", action="store_true", help="print only; do not write bench/results/load.md")

@@ -209,8 +209,9 @@ class Child:
     def __init__(self, kind: str, *args: str) -> None:
         self.kind = kind
         self.url = ""
+        self.log = tempfile.TemporaryFile()  # the SDK logs every request a client abandoned: keep it out of the table
         self.process = subprocess.Popen([sys.executable, "-m", "bench.loadkit", kind, *args],
-                                        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+                                        cwd=ROOT, stdout=subprocess.PIPE, stderr=self.log, text=True)
 
     def wait_ready(self, timeout: float = 60.0) -> "Child":
         assert self.process.stdout is not None
@@ -218,12 +219,17 @@ class Child:
         line = self.process.stdout.readline().split() if ready else []
         if len(line) != 2 or line[0] != "PORT":
             self.stop()
-            raise RuntimeError(f"bench.loadkit {self.kind} did not start")
+            raise RuntimeError(f"bench.loadkit {self.kind} did not start: {self.log_tail()}")
         self.url = f"http://127.0.0.1:{line[1]}"
         return self
 
     def cpu_seconds(self) -> float:
         return cpu_seconds(self.process.pid)
+
+    def log_tail(self, size: int = 2000) -> str:
+        self.log.seek(0, os.SEEK_END)
+        self.log.seek(max(0, self.log.tell() - size))
+        return self.log.read().decode(errors="replace")
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -235,6 +241,7 @@ class Child:
                 self.process.wait(10)
         if self.process.stdout is not None:
             self.process.stdout.close()
+        self.log.close()
 
 
 def gateway_config(model_url: str, mcp_url: str, *, label: str = "load-model", idle_seconds: float = 300,
