@@ -50,7 +50,9 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.http = httpx2.AsyncClient(
             timeout=httpx2.Timeout(120, connect=10),
-            limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=200),
+            # Idle connections go after 2 s, before the model server's own keep-alive (uvicorn,
+            # vLLM: 5 s) can close one under a request just being sent (a 502 for the client).
+            limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=200, keepalive_expiry=2.0),
         )
         self.ready = False
         self.auth = Authenticator(config.auth, config.base_dir, self.secrets)

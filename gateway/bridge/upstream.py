@@ -152,7 +152,8 @@ class Upstreams:
         if client is None:
             value = resolve_secret(conn.auth_secret, self._base_dir, self._secrets)
             client = httpx2.AsyncClient(
-                headers={conn.auth_header_name: value}, timeout=httpx2.Timeout(self.timeout, read=300)
+                headers={conn.auth_header_name: value}, timeout=httpx2.Timeout(self.timeout, read=300),
+                limits=httpx2.Limits(max_connections=None, max_keepalive_connections=100, keepalive_expiry=2.0),
             )
             self._clients[key] = client
         return client

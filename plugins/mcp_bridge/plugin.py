@@ -29,6 +29,11 @@ log = logging.getLogger("toolgate.mcp_bridge")
 PYTHON_NAMES = frozenset({"python", "python3"})
 
 MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024
+MCP_LIMITS = httpx2.Limits(max_connections=None, max_keepalive_connections=200, keepalive_expiry=2.0)
+"""No cap on connections: every open session of a session-ful server holds one for its event
+stream while it lives (B14), so a cap would make the conversation past it wait and fail. Idle
+connections are dropped after 2 s, before a server's own keep-alive (uvicorn: 5 s) closes them
+under a request just being sent."""
 """Largest server-sent event (one JSON-RPC answer) read from a Streamable HTTP server. The SDK's
 default (1 MiB) failed any tool result over it, though the same result sent as plain JSON passes."""
 
@@ -80,7 +85,7 @@ class McpBridgePlugin(Plugin):
                 for form in self._redact:
                     env.secrets.add(form)
         headers = {self.config.authHeaderName: self._secret} if self.config.authHeaderName and self._secret else {}
-        self._http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))
+        self._http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300), limits=MCP_LIMITS)
         self._metrics = BridgeMetrics(env.metrics, self.id)
         self._pool = SessionPool(
             self._client,
