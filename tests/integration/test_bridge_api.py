@@ -13,6 +13,7 @@ from mcp.client.streamable_http import streamable_http_client
 from gateway.bridge.config import BridgeConfig
 from gateway.bridge.records import ConnectionRecord
 from gateway.bridge.store import SqliteStore
+from tests.support import canary
 from tests.support.bridge_servers import (
     CallLog, bridge_app, edge, fan_in_graph, graph, mcp_http, node, pipeline, tool_node, tool_server,
 )
@@ -25,8 +26,8 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
         {
             "database": "api.db",
             "connections": [
-                {"id": "tools", "owner": "alice", "endpoint": "http://127.0.0.1:9/mcp"},
-                {"id": "bobs", "owner": "bob", "endpoint": "http://127.0.0.1:9/mcp"},
+                {"id": "tools", "owner": "alice", "endpoint": "http://127.0.0.1:9/mcp", **canary.connection_auth()},
+                {"id": "bobs", "owner": "bob", "endpoint": "http://127.0.0.1:9/mcp", **canary.connection_auth()},
             ],
             "bridges": [
                 {"id": "pipes", "owner": "alice", "connections": ["tools"]},
@@ -168,7 +169,7 @@ async def test_a_body_that_is_not_json_is_refused_with_400_and_an_oversized_one_
 async def test_connections_made_through_the_api_stay_within_the_endpoint_allow_list(tmp_path: Path) -> None:
     # R: F2, F3
     log = CallLog()
-    with serve(tool_server(log, delay=0)) as tools:
+    with serve(tool_server(log, delay=0, required_header=(canary.CONNECTION_HEADER, canary.CONNECTION_TOKEN))) as tools:
         early = SqliteStore(tmp_path / "allow.db")
         await early.open()
         await early.upsert_connection(ConnectionRecord("old", "alice", f"{tools.url}/mcp", source="api"))
@@ -177,7 +178,7 @@ async def test_connections_made_through_the_api_stay_within_the_endpoint_allow_l
             {
                 "database": "allow.db",
                 "apiEndpointAllowList": ["http://mcp.allowed.test/mcp"],
-                "connections": [{"id": "declared", "owner": "alice", "endpoint": f"{tools.url}/mcp"}],
+                "connections": [{"id": "declared", "owner": "alice", "endpoint": f"{tools.url}/mcp", **canary.connection_auth()}],
             }
         )
         with serve(bridge_app(config, tmp_path).app) as server:

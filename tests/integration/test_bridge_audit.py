@@ -16,6 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 from gateway.bridge.config import BridgeConfig
 from gateway.bridge.records import AuditRecord
 from gateway.bridge.store import SqliteStore
+from tests.support import canary
 from tests.support.bridge_servers import BridgeApp, CallLog, bridge_app, fan_in_graph, mcp_http, tool_server
 from tests.support.http_server import ServerThread, serve
 
@@ -37,11 +38,15 @@ class World:
         await asyncio.wait_for(asyncio.wrap_future(future), timeout=10)
 
 
+LOCKED = (canary.CONNECTION_HEADER, canary.CONNECTION_TOKEN)
+"""The tool server's check that the connection's canary secret arrives."""
+
+
 def config_for(url: str) -> BridgeConfig:
     return BridgeConfig.model_validate(
         {
             "database": "bridge.db",
-            "connections": [{"id": "tools", "owner": "alice", "endpoint": f"{url}/mcp"}],
+            "connections": [{"id": "tools", "owner": "alice", "endpoint": f"{url}/mcp", **canary.connection_auth()}],
             "bridges": [{"id": "pipes", "owner": "alice", "connections": ["tools"]}],
         }
     )
@@ -50,7 +55,7 @@ def config_for(url: str) -> BridgeConfig:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     log = CallLog()
-    with serve(tool_server(log, delay=0.01)) as tools:
+    with serve(tool_server(log, delay=0.01, required_header=LOCKED)) as tools:
         app = bridge_app(config_for(tools.url), tmp_path_factory.mktemp("audit"))
         with serve(app.app) as bridge:
             yield World(app, bridge, log)
@@ -152,7 +157,7 @@ class BrokenStore(SqliteStore):
 async def test_a_broken_audit_store_leaves_calls_succeeding_and_counts_the_drops(tmp_path: Any) -> None:
     # R: F5
     log = CallLog()
-    with serve(tool_server(log, delay=0.01)) as tools:
+    with serve(tool_server(log, delay=0.01, required_header=LOCKED)) as tools:
         app = bridge_app(config_for(tools.url), tmp_path, store=BrokenStore(tmp_path / "broken.db"))
         with serve(app.app) as bridge:
             world = World(app, bridge, log)
@@ -180,7 +185,7 @@ async def test_calls_never_wait_for_a_stuck_audit_store(tmp_path: Any) -> None:
     # R: F5
     log = CallLog()
     store = StuckStore(tmp_path / "stuck.db")
-    with serve(tool_server(log, delay=0.01)) as tools:
+    with serve(tool_server(log, delay=0.01, required_header=LOCKED)) as tools:
         app = bridge_app(config_for(tools.url), tmp_path, store=store)
         with serve(app.app) as bridge:
             world = World(app, bridge, log)

@@ -15,25 +15,22 @@ from gateway.bridge.config import BridgeConfig
 from gateway.bridge.records import ConnectionRecord
 from gateway.bridge.upstream import UpstreamCallFailed, Upstreams
 from gateway.secrets import SecretSet
+from tests.support import canary
 from tests.support.bridge_servers import CallLog, bridge_app, mcp_http, tool_server
 from tests.support.http_server import serve
 
-TOKEN = "s3cret-token-value-123"
+TOKEN = canary.CONNECTION_TOKEN
 
 
-async def test_a_connections_credential_is_sent_as_its_header_and_never_recorded(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # R: F3, F4, B4
-    monkeypatch.setenv("BRIDGE_TEST_UPSTREAM_TOKEN", TOKEN)
+async def test_a_connections_credential_is_sent_as_its_header_and_never_recorded(tmp_path: Path) -> None:
+    # R: F3, F4, B4, G8
     locked, dead = CallLog(), "http://127.0.0.1:9/mcp"
-    with serve(tool_server(locked, delay=0, required_header=("X-Api-Token", TOKEN))) as server:
+    with serve(tool_server(locked, delay=0, required_header=(canary.CONNECTION_HEADER, TOKEN))) as server:
         config = BridgeConfig.model_validate(
             {
                 "database": "c.db",
                 "connections": [
-                    {"id": "locked", "owner": "alice", "endpoint": f"{server.url}/mcp",
-                     "authHeaderName": "X-Api-Token", "authSecret": "env:BRIDGE_TEST_UPSTREAM_TOKEN"},
+                    {"id": "locked", "owner": "alice", "endpoint": f"{server.url}/mcp", **canary.connection_auth()},
                     {"id": "bare", "owner": "alice", "endpoint": f"{server.url}/mcp"},
                     {"id": "gone", "owner": "alice", "endpoint": dead},
                 ],

@@ -11,6 +11,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from gateway.bridge.config import BridgeConfig
+from tests.support import canary
 from tests.support.bridge_servers import BridgeApp, CallLog, bridge_app, mcp_http, tool_server
 from tests.support.http_server import serve
 
@@ -28,14 +29,15 @@ class World:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     gh_log, jira_log, org_log = CallLog(), CallLog(), CallLog()
-    with serve(tool_server(gh_log)) as gh, serve(tool_server(jira_log)) as jira, serve(tool_server(org_log)) as org:
+    locked = {"required_header": (canary.CONNECTION_HEADER, canary.CONNECTION_TOKEN)}  # the canary secret must arrive
+    with serve(tool_server(gh_log, **locked)) as gh, serve(tool_server(jira_log, **locked)) as jira, serve(tool_server(org_log, **locked)) as org:
         config = BridgeConfig.model_validate(
             {
                 "database": "bridge.db",
                 "connections": [
-                    {"id": "gh", "owner": "alice", "endpoint": f"{gh.url}/mcp"},
-                    {"id": "shared", "owner": "org:acme", "endpoint": f"{org.url}/mcp"},
-                    {"id": "jira", "owner": "bob", "endpoint": f"{jira.url}/mcp"},
+                    {"id": "gh", "owner": "alice", "endpoint": f"{gh.url}/mcp", **canary.connection_auth()},
+                    {"id": "shared", "owner": "org:acme", "endpoint": f"{org.url}/mcp", **canary.connection_auth()},
+                    {"id": "jira", "owner": "bob", "endpoint": f"{jira.url}/mcp", **canary.connection_auth()},
                 ],
                 "bridges": [
                     {"id": "alice-b", "owner": "alice", "connections": ["gh"]},

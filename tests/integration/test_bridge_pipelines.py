@@ -12,6 +12,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from gateway.bridge.config import BridgeConfig
+from tests.support import canary
 from tests.support.bridge_servers import (
     CallLog, bridge_app, edge, fan_in_graph, graph, mcp_http, node, pipeline, tool_node, tool_server,
 )
@@ -27,11 +28,11 @@ class World:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     log = CallLog()
-    with serve(tool_server(log, delay=0.2)) as tools:
+    with serve(tool_server(log, delay=0.2, required_header=(canary.CONNECTION_HEADER, canary.CONNECTION_TOKEN))) as tools:
         config = BridgeConfig.model_validate(
             {
                 "database": "bridge.db",
-                "connections": [{"id": "tools", "owner": "alice", "endpoint": f"{tools.url}/mcp"}],
+                "connections": [{"id": "tools", "owner": "alice", "endpoint": f"{tools.url}/mcp", **canary.connection_auth()}],
                 "bridges": [{"id": "pipes", "owner": "alice", "connections": ["tools"]}],
             }
         )

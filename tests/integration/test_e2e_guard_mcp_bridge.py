@@ -10,6 +10,7 @@ import httpx2
 import openai
 import pytest
 
+from tests.support import canary
 from tests.support.logs import captured_logs
 from tests.support.gateway import client, running_gateway, simple_config
 from tests.support.http_server import ServerThread, serve
@@ -23,7 +24,7 @@ USER = [{"role": "user", "content": "Summarise the ticket for me."}]
 
 @pytest.fixture
 def mcp() -> Iterator[ServerThread]:
-    with serve(http_app(McpServerState())) as server:
+    with serve(http_app(McpServerState(require_credential=True))) as server:
         yield server
 
 
@@ -34,7 +35,7 @@ def guard_log() -> Iterator[io.StringIO]:
 
 
 def chain(mcp: ServerThread, mode: str) -> list[dict[str, object]]:
-    return [{"type": "prompt_guard", "mode": mode}, {"type": "mcp_bridge", "id": "tickets", "endpoint": mcp.url + "/mcp"}]
+    return [{"type": "prompt_guard", "mode": mode}, {"type": "mcp_bridge", "id": "tickets", "endpoint": mcp.url + "/mcp", **canary.mcp_auth()}]
 
 
 def test_enforce_refuses_a_request_whose_tool_result_carries_an_injection(upstream: ScriptedUpstream, mcp: ServerThread) -> None:

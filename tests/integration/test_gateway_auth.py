@@ -16,28 +16,29 @@ from gateway.conversation import conversation_key
 from gateway.errors import Unauthorized
 from gateway.identity import Identity
 from gateway.secrets import SecretSet
+from tests.support import canary
 from tests.support.gateway import client, running_gateway, simple_config
 from tests.support.upstream import ScriptedUpstream
 
 USER = [{"role": "user", "content": "hello"}]
-ALICE_KEY = "tg-alice-0123456789abcdef"
-BOB_KEY = "tg-bob-fedcba9876543210"
+ALICE_KEY = canary.ALICE_KEY
+BOB_KEY = canary.BOB_KEY
+JWT_SECRET = canary.JWT_SECRET
 
 
 @pytest.fixture
-def keyed(monkeypatch: pytest.MonkeyPatch) -> dict:
-    monkeypatch.setenv("ALICE_KEY", ALICE_KEY)
+def keyed() -> dict:
     return {
         "mode": "api_keys",
         "api_keys": [
-            {"key": "env:ALICE_KEY", "user_id": "alice", "org_id": "acme", "display_name": "Alice", "email": "alice@acme.test"},
+            {"key": canary.ALICE_KEY_REF, "user_id": "alice", "org_id": "acme", "display_name": "Alice", "email": "alice@acme.test"},
             {"key_sha256": hashlib.sha256(BOB_KEY.encode()).hexdigest(), "user_id": "bob"},
         ],
     }
 
 
 def test_api_keys_from_env_or_hash_are_accepted_and_others_get_401(upstream: ScriptedUpstream, keyed: dict) -> None:
-    # R: G3
+    # R: G3, G8, B4
     with running_gateway(simple_config(upstream.url, auth=keyed)) as gw:
         assert client(gw, ALICE_KEY).chat.completions.create(model="assistant", messages=USER).choices
         assert client(gw, BOB_KEY).chat.completions.create(model="assistant", messages=USER).choices
@@ -52,22 +53,21 @@ def test_api_keys_from_env_or_hash_are_accepted_and_others_get_401(upstream: Scr
     assert len(upstream.requests) == 2
 
 
-def test_jwt_is_verified_and_its_claims_become_the_identity(monkeypatch: pytest.MonkeyPatch) -> None:
-    # R: G3
-    monkeypatch.setenv("JWT_SECRET", "s3cret-for-hmac-signing-0123456789")
-    auth = Authenticator(AuthConfig(mode="jwt", jwt={"secret": "env:JWT_SECRET", "audience": "toolgate"}), __import__("pathlib").Path("."), SecretSet())
+def test_jwt_is_verified_and_its_claims_become_the_identity() -> None:
+    # R: G3, G8
+    auth = Authenticator(AuthConfig(mode="jwt", jwt={"secret": canary.JWT_SECRET_REF, "audience": "toolgate"}), __import__("pathlib").Path("."), SecretSet())
     claims = {"sub": "u1", "org_id": "o1", "name": "Una", "email": "u@o.test", "aud": "toolgate", "exp": int(time.time()) + 60}
-    token = jwt.encode(claims, "s3cret-for-hmac-signing-0123456789", algorithm="HS256")
+    token = jwt.encode(claims, JWT_SECRET, algorithm="HS256")
     identity = auth.authenticate(f"Bearer {token}")
     assert (identity.user_id, identity.org_id, identity.display_name, identity.email) == ("u1", "o1", "Una", "u@o.test")
     assert identity.credential_fp == hashlib.sha256(token.encode()).hexdigest()
-    expired = jwt.encode({**claims, "exp": int(time.time()) - 10}, "s3cret-for-hmac-signing-0123456789", algorithm="HS256")
+    expired = jwt.encode({**claims, "exp": int(time.time()) - 10}, JWT_SECRET, algorithm="HS256")
     forged = jwt.encode(claims, "another-secret-entirely-0123456789", algorithm="HS256")
-    wrong_aud = jwt.encode({**claims, "aud": "other"}, "s3cret-for-hmac-signing-0123456789", algorithm="HS256")
+    wrong_aud = jwt.encode({**claims, "aud": "other"}, JWT_SECRET, algorithm="HS256")
     for bad, reason in ((expired, "expired"), (forged, "InvalidSignatureError"), (wrong_aud, "InvalidAudienceError"), ("junk", "DecodeError")):
         with pytest.raises(Unauthorized) as caught:
             auth.authenticate(f"Bearer {bad}")
-        assert reason in caught.value.message
+        assert reason in caught.value.message and canary.CANARY not in caught.value.message
 
 
 def test_auth_off_gives_an_anonymous_identity() -> None:
@@ -88,14 +88,14 @@ def test_client_conversation_ids_are_scoped_by_identity() -> None:
 
 def test_derived_key_needs_a_user_or_org_and_never_contains_the_token() -> None:
     # R: G4
-    token_fp = hashlib.sha256(b"tg-secret-token").hexdigest()
+    token_fp = hashlib.sha256(ALICE_KEY.encode()).hexdigest()
     alice = Identity("alice", None, credential_fp=token_fp)
     first = [{"role": "user", "content": "start"}]
     later = first + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "next"}]
     key = conversation_key(alice, None, first)
     assert key is not None and key == conversation_key(alice, None, later)
     assert key != conversation_key(alice, None, [{"role": "user", "content": "another conversation"}])
-    assert "tg-secret-token" not in key and token_fp not in key
+    assert canary.CANARY not in key and token_fp not in key
     assert conversation_key(Identity(credential_fp=token_fp), None, first) is None
 
 
@@ -138,9 +138,8 @@ def test_jwt_whose_alg_names_another_key_family_gets_401_not_500(monkeypatch: py
 
     private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pem = private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
-    monkeypatch.setenv("JWT_SECRET", "s3cret-for-hmac-signing-0123456789")
     monkeypatch.setenv("JWT_PUBLIC", pem)
-    by_secret = Authenticator(AuthConfig(mode="jwt", jwt={"secret": "env:JWT_SECRET"}), Path("."), SecretSet())
+    by_secret = Authenticator(AuthConfig(mode="jwt", jwt={"secret": canary.JWT_SECRET_REF}), Path("."), SecretSet())
     by_public = Authenticator(AuthConfig(mode="jwt", jwt={"public_key": "env:JWT_PUBLIC"}), Path("."), SecretSet())
     claims = {"sub": "u1", "exp": int(time.time()) + 60}
 
@@ -151,11 +150,11 @@ def test_jwt_whose_alg_names_another_key_family_gets_401_not_500(monkeypatch: py
     cases = [
         (by_secret, jwt.encode(claims, private, algorithm="RS256")),
         (by_secret, forged("ES256")),
-        (by_public, jwt.encode(claims, "s3cret-for-hmac-signing-0123456789", algorithm="HS256")),
+        (by_public, jwt.encode(claims, JWT_SECRET, algorithm="HS256")),
         (by_public, forged("ES256")),
         (by_secret, jwt.encode(claims, None, algorithm="none")),
     ]
     for auth, token in cases:
         with pytest.raises(Unauthorized) as caught:
             auth.authenticate(f"Bearer {token}")
-        assert caught.value.message.startswith("invalid token: ")
+        assert caught.value.message.startswith("invalid token: ") and canary.CANARY not in caught.value.message

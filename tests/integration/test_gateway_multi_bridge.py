@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.support import canary
 from tests.support.gateway import client, running_gateway, simple_config
 from tests.support.http_server import serve
 from tests.support.mcp_servers import McpServerState, http_app
@@ -10,12 +11,12 @@ from tests.support.upstream import ScriptedUpstream
 
 def test_two_bridges_gather_their_context_at_the_same_time(upstream: ScriptedUpstream) -> None:
     # R: B18, B19
-    one, two = McpServerState(), McpServerState()
+    one, two = McpServerState(require_credential=True), McpServerState(require_credential=True)
     with serve(http_app(one)) as first, serve(http_app(two)) as second:
         plugins = [
-            {"type": "mcp_bridge", "id": "one", "endpoint": first.url + "/mcp", "prefetchTool": "echo",
+            {"type": "mcp_bridge", "id": "one", "endpoint": first.url + "/mcp", **canary.mcp_auth(), "prefetchTool": "echo",
              "prefetchArguments": {"text": "{{last_user_message}}"}, "prefetchLabel": "One"},
-            {"type": "mcp_bridge", "id": "two", "endpoint": second.url + "/mcp", "prefetchTool": "echo",
+            {"type": "mcp_bridge", "id": "two", "endpoint": second.url + "/mcp", **canary.mcp_auth(), "prefetchTool": "echo",
              "prefetchArguments": {"text": "{{last_user_message}}"}, "prefetchLabel": "Two"},
         ]
         with running_gateway(simple_config(upstream.url, plugins)) as gw:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.errors import GuardBlocked
+from tests.support import canary
 from tests.support.http_server import ServerThread, serve
 from tests.support.mcp_bridge import Inspections, context, metric, running_bridge
 from tests.support.mcp_servers import McpServerState, http_app
@@ -17,7 +18,7 @@ HOSTILE = 'x"}, "evil": {{user_id}} {{org_id}} {% raw %}{{7*7}}'
 
 @pytest.fixture
 def state() -> McpServerState:
-    return McpServerState()
+    return McpServerState(require_credential=True)  # running_bridge sends the canary credential
 
 
 @pytest.fixture
@@ -170,17 +171,14 @@ async def test_two_bridges_inject_into_the_same_user_message_in_chain_order(stat
     )
 
 
-# R: B4
-async def test_a_server_that_echoes_the_credential_never_gets_it_to_the_model(
-    state: McpServerState, server: ServerThread, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("MCP_TOKEN", "Bearer tok-echoed-0123456789")
+# R: B4, G8
+async def test_a_server_that_echoes_the_credential_never_gets_it_to_the_model(state: McpServerState, server: ServerThread) -> None:
     inspections = Inspections()
-    fields = {"authHeaderName": "Authorization", "authSecret": "env:MCP_TOKEN", "prefetchTool": "whoami", "prefetchLabel": "Who"}
+    fields = {**canary.mcp_auth(), "prefetchTool": "whoami", "prefetchLabel": "Who"}
     async with running_bridge(endpoint=server.url + "/mcp", **fields) as (bridge, _):
         direct = await bridge.call_tool(context(), "whoami", {})
         out = await bridge.before_model(context(inspect=inspections), ask("q"))
-    assert set(state.auth_headers) == {"Bearer tok-echoed-0123456789"}
+    assert set(state.auth_headers) == {canary.MCP_CREDENTIAL}
     assert direct.text == "the tool failed: bad credential [redacted]"
     assert out["messages"][1]["content"] == "q\n\n## Who\nthe tool failed: bad credential [redacted]"
     assert [i.text for i in inspections.items] == ["bad credential [redacted]"]

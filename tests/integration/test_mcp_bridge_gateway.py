@@ -14,26 +14,27 @@ import pytest
 
 from gateway.app import create_app
 from gateway.config import parse_config
+from tests.support import canary
 from tests.support.gateway import client, running_gateway, simple_config
 from tests.support.http_server import ServerThread, serve
 from tests.support.mcp_servers import HttpSubprocess, McpServerState, http_app
 from tests.support.plugins import Recorder
 from tests.support.upstream import Reply, ScriptedUpstream
 
-CANARY = "mcp-canary-secret-3c9e1f7a"
-ALICE_KEY, BOB_KEY = "tg-alice-key-0001", "tg-bob-key-0002"
+CANARY = canary.MCP_TOKEN
+ALICE_KEY, BOB_KEY = canary.ALICE_KEY, canary.BOB_KEY
 KEYS = {
     "mode": "api_keys",
     "api_keys": [
-        {"key": "env:ALICE_KEY", "user_id": "alice", "org_id": "acme"},
-        {"key": "env:BOB_KEY", "user_id": "bob", "org_id": "acme"},
+        {"key": canary.ALICE_KEY_REF, "user_id": "alice", "org_id": "acme"},
+        {"key": canary.BOB_KEY_REF, "user_id": "bob", "org_id": "acme"},
     ],
 }
 
 
 @pytest.fixture
 def state() -> McpServerState:
-    return McpServerState()
+    return McpServerState(require_credential=True)
 
 
 @pytest.fixture
@@ -42,15 +43,9 @@ def mcp_server(state: McpServerState) -> Iterator[ServerThread]:
         yield server
 
 
-@pytest.fixture(autouse=True)
-def api_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ALICE_KEY", ALICE_KEY)
-    monkeypatch.setenv("BOB_KEY", BOB_KEY)
-    monkeypatch.setenv("DOCS_TOKEN", f"Bearer {CANARY}")
-
-
 def bridge(url: str, **fields: Any) -> dict[str, Any]:
-    return {"type": "mcp_bridge", "id": "docs", "endpoint": url, "timeoutSeconds": 5, **fields}
+    """An mcp_bridge node sending the canary credential (B4)."""
+    return {"type": "mcp_bridge", "id": "docs", "endpoint": url, "timeoutSeconds": 5, **canary.mcp_auth(), **fields}
 
 
 def tool_message(upstream: ScriptedUpstream, request: int) -> str:
@@ -175,7 +170,7 @@ def test_a_prefetch_result_blocked_by_an_inspector_refuses_the_request_naming_th
 
 # R: B19
 def test_two_bridges_with_colliding_tool_names_are_made_distinct_and_routed_back(upstream: ScriptedUpstream) -> None:
-    states = [McpServerState(), McpServerState()]
+    states = [McpServerState(require_credential=True), McpServerState(require_credential=True)]
     with serve(http_app(states[0], legacy_only=True)) as one, serve(http_app(states[1])) as two:
         plugins = [bridge(one.url + "/mcp", id="one", toolFilter=["count"]), bridge(two.url + "/mcp", id="two", toolFilter=["count", "echo"])]
         upstream.push(Reply(tool_calls=[("one__count", {}), ("two__count", {}), ("echo", {"x": 1})]), Reply(content="ok"))
@@ -191,12 +186,12 @@ def test_two_bridges_with_colliding_tool_names_are_made_distinct_and_routed_back
     ]
 
 
-# R: B4
+# R: B4, G8
 def test_the_auth_secret_reaches_the_server_and_never_logs_responses_metrics_or_errors(
     upstream: ScriptedUpstream, state: McpServerState, mcp_server: ServerThread, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    plugin = bridge(mcp_server.url + "/mcp", authHeaderName="Authorization", authSecret="env:DOCS_TOKEN", prefetchTool="fail", resources="docs://index\nmissing", timeoutSeconds=1)
+    plugin = bridge(mcp_server.url + "/mcp", prefetchTool="fail", resources="docs://index\nmissing", timeoutSeconds=1)
     texts: list[str] = []
     with running_gateway(simple_config(upstream.url, [plugin], auth=KEYS)) as gw:
         upstream.push(Reply(tool_calls=[("fail", {}), ("slow", {"delay": 3}), ("count", {})]), Reply(content="ok"))
@@ -224,6 +219,17 @@ def test_the_auth_secret_reaches_the_server_and_never_logs_responses_metrics_or_
     for text in texts:
         assert CANARY not in text
     assert 'toolgate_mcp_tool_calls_total{server="docs",status="failed"}' in texts[2]
+
+
+# R: B4
+def test_a_server_echoing_the_credential_in_a_tool_result_never_gets_it_to_the_model_or_the_client(
+    upstream: ScriptedUpstream, state: McpServerState, mcp_server: ServerThread
+) -> None:
+    upstream.push(Reply(tool_calls=[("whoami", {})]), Reply(content="ok"))
+    with running_gateway(simple_config(upstream.url, [bridge(mcp_server.url + "/mcp")], auth=KEYS)) as gw:
+        assert ask(gw).choices[0].message.content == "ok"
+    assert state.calls["whoami"] == 1
+    assert tool_message(upstream, 1) == "the tool failed: bad credential [redacted]"
 
 
 # R: B14, G4

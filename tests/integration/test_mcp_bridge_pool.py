@@ -14,7 +14,7 @@ from tests.support.mcp_servers import HttpSubprocess, McpServerState, http_app
 
 @pytest.fixture
 def state() -> McpServerState:
-    return McpServerState()
+    return McpServerState(require_credential=True)  # running_bridge sends the canary credential
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ STDIO = ["python", "-m", "tests.support.mcp_servers", "--stdio"]
 
 # R: B1, B14
 async def test_a_stateless_2026_server_is_served_without_a_session_and_the_pooled_client_is_reused() -> None:
-    state = McpServerState()
+    state = McpServerState(require_credential=True)  # running_bridge sends the canary credential
     with serve(http_app(state, stateless=True)) as server:
         async with running_bridge(endpoint=server.url + "/mcp") as (bridge, registry):
             tools = [t.name for t in await bridge.tools(context("conv-a"))]
@@ -28,7 +28,7 @@ async def test_a_stateless_2026_server_is_served_without_a_session_and_the_poole
 
 # R: B14
 async def test_protocol_legacy_forces_a_2025_session_on_a_server_that_speaks_both() -> None:
-    state = McpServerState()
+    state = McpServerState(require_credential=True)
     with serve(http_app(state)) as server:
         async with running_bridge(endpoint=server.url + "/mcp", protocol="legacy") as (bridge, _):
             first = await bridge.call_tool(context("conv-a"), "count", {})

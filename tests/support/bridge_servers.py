@@ -4,6 +4,11 @@
   on the process's monotonic clock), so tests can count calls and check overlap without timing.
 - `bridge_app(...)`: a small Starlette app mounting `BridgeService.routes()` with an API-key → identity
   `authenticate`, the way the gateway app will (until `gateway.app.create_app` takes over).
+
+The API keys are canary secrets (`canary.ALICE_KEY`, `canary.BOB_KEY`); tests name a caller by
+`"alice-key"` / `"bob-key"` and `mcp_http` sends that caller's key. A connection with
+`canary.connection_auth()` sends `canary.CONNECTION_TOKEN`; a tool server checks that no other
+header ever carries a canary (a caller's key must never be forwarded) (B4).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from gateway.bridge.store import BridgeStore
 from gateway.errors import Unauthorized
 from gateway.identity import Identity
 from gateway.secrets import SecretSet
+from tests.support import canary
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,9 @@ def tool_server(log: CallLog, *, delay: float = 0.2, required_header: tuple[str,
         request = ctx.request_context.request
         headers = dict(request.headers) if request is not None else {}
         log.add(Call(tool, arguments, started, time.monotonic(), headers))
+        for name, value in headers.items():
+            if canary.CANARY in value and (name, value) != (canary.CONNECTION_HEADER.lower(), canary.CONNECTION_TOKEN):
+                canary.RECORDER.problem(f"a Bridge tool server ({tool})", f"received a canary secret in header {name}: {value}")
         if required_header is not None and headers.get(required_header[0].lower()) != required_header[1]:
             raise ToolError("missing or wrong credential")
 
@@ -127,9 +136,11 @@ def tool_server(log: CallLog, *, delay: float = 0.2, required_header: tuple[str,
 
 
 KEYS = {
-    "alice-key": Identity(user_id="alice", org_id="acme", display_name="Alice", email="alice@acme.test"),
-    "bob-key": Identity(user_id="bob", org_id="globex", display_name="Bob", email="bob@globex.test"),
+    canary.ALICE_KEY: Identity(user_id="alice", org_id="acme", display_name="Alice", email="alice@acme.test"),
+    canary.BOB_KEY: Identity(user_id="bob", org_id="globex", display_name="Bob", email="bob@globex.test"),
 }
+CALLERS = {"alice-key": canary.ALICE_KEY, "bob-key": canary.BOB_KEY}
+"""Callers by name: the key each presents."""
 
 
 async def authenticate_by_key(request: Request) -> Identity:
@@ -168,12 +179,17 @@ def bridge_app(config: BridgeConfig, base_dir: Path, *, store: BridgeStore | Non
             await service.stop()
             await http.aclose()
 
-    return BridgeApp(Starlette(routes=service.routes(), lifespan=lifespan), service, registry)
+    bridge = BridgeApp(Starlette(routes=service.routes(), lifespan=lifespan), service, registry)
+    bridge.app.state.canary_bridge = bridge  # its responses, metrics and database are searched for the canary
+    return bridge
 
 
 def mcp_http(key: str, **kwargs: Any) -> httpx2.AsyncClient:
-    """An `httpx2` client presenting an API key, for `mcp.Client` against the Bridge."""
-    return httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(30, read=300), **kwargs)
+    """An `httpx2` client presenting an API key, for `mcp.Client` against the Bridge: a caller's
+    name from `CALLERS` (`"alice-key"`) presents that caller's canary key; any other string is sent
+    as it is (a wrong key)."""
+    token = CALLERS.get(key, key)
+    return httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=300), **kwargs)
 
 
 def node(node_id: str, kind: str, **fields: Any) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import openai
 
 from gateway.app import create_app
 from gateway.config import parse_config
+from tests.support import canary
 from tests.support.http_server import ServerThread, serve
 
 
@@ -28,9 +29,11 @@ def client(server: ServerThread, api_key: str = "unused", **headers: str) -> ope
 
 
 def simple_config(upstream_url: str, plugins: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
-    """One `openai` upstream at `upstream_url` and one route `assistant` with `plugins`."""
+    """One `openai` upstream at `upstream_url` and one route `assistant` with `plugins`. The
+    upstream's key is the canary (`canary.UPSTREAM_KEY`, by reference), which the scripted upstream
+    checks it receives."""
     config: dict[str, Any] = {
-        "upstreams": [{"name": "scripted", "kind": "openai", "api_base": upstream_url + "/v1"}],
+        "upstreams": [{"name": "scripted", "kind": "openai", "api_base": upstream_url + "/v1", "api_key": canary.UPSTREAM_KEY_REF}],
         "routes": [{"model": "assistant", "upstream": "scripted", "upstream_model": "scripted-model", "plugins": plugins or []}],
     }
     config.update(extra)

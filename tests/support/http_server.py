@@ -14,6 +14,8 @@ from typing import Any
 
 import uvicorn
 
+from tests.support import canary
+
 
 class ServerThread:
     """A uvicorn server bound to 127.0.0.1:<free port>, started and stopped from sync code."""
@@ -25,7 +27,10 @@ class ServerThread:
         # accepted connections inherit this; without it each kept-alive POST waits ~44 ms (Nagle + delayed ACK)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.port: int = self.sock.getsockname()[1]
-        config = uvicorn.Config(app, lifespan=lifespan, log_level=log_level, access_log=False, ws="none")
+        self.app = app
+        # the gateway's and the Bridge's responses are searched for the canary secret (B4)
+        config = uvicorn.Config(canary.watch(app), lifespan=lifespan, log_level=log_level, access_log=False, ws="none")
+        canary.attach_logs()  # building the Config re-configured uvicorn's loggers
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -59,12 +64,14 @@ class ServerThread:
         raise TimeoutError(f"server did not start within {timeout}s")
 
     def stop(self, timeout: float = 30.0) -> None:
+        canary.before_stop(self.app, self.url)
         self.server.should_exit = True
         self.thread.join(timeout)
         if self.thread.is_alive():
             self.server.force_exit = True
             self.thread.join(timeout)
         self.sock.close()
+        canary.after_stop(self.app)
 
 
 @contextmanager

@@ -1,4 +1,9 @@
-"""Helpers for mcp_bridge tests: a started plugin, a request context that records inspections."""
+"""Helpers for mcp_bridge tests: a started plugin, a request context that records inspections.
+
+A plugin built here sends the canary credential to HTTP servers (`canary.mcp_auth()`) unless the
+test names its own `authHeaderName`; what it hands back (tool results, the completed request) and
+its metrics are searched for the canary (B4).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from gateway.identity import Identity
 from gateway.plugins import InspectItem, PluginContext, PluginEnv
 from plugins.mcp_bridge.config import McpBridgeConfig
 from plugins.mcp_bridge.plugin import McpBridgePlugin
+from tests.support import canary
 
 
 class Inspections:
@@ -26,6 +32,7 @@ class Inspections:
 
     async def __call__(self, item: InspectItem) -> None:
         self.items.append(item)
+        canary.RECORDER.scan("model request", f"an item inspected from {item.server}/{item.source}", item.text)
         if self.block_word and self.block_word in item.text:
             raise GuardBlocked(inspector="test", server=item.server, source=item.source, rules=["t.word"], score=1.0)
 
@@ -48,14 +55,35 @@ def context(
 
 
 def bridge_config(**fields: Any) -> McpBridgeConfig:
-    """A validated mcp_bridge config (short timeouts for tests unless given)."""
-    return McpBridgeConfig.model_validate({"type": "mcp_bridge", "id": "docs", "timeoutSeconds": 5, **fields})
+    """A validated mcp_bridge config (short timeouts for tests unless given; the canary credential
+    for an `endpoint` unless `authHeaderName` is given, None for none)."""
+    auth = canary.mcp_auth() if "endpoint" in fields and "authHeaderName" not in fields else {}
+    return McpBridgeConfig.model_validate({"type": "mcp_bridge", "id": "docs", "timeoutSeconds": 5, **auth, **fields})
+
+
+def _searched(plugin: McpBridgePlugin) -> None:
+    """Search what the plugin hands to the model: tool results and completed requests."""
+    call_tool, before_model = plugin.call_tool, plugin.before_model
+
+    async def searched_call_tool(ctx: PluginContext, name: str, arguments: dict[str, Any]) -> Any:
+        result = await call_tool(ctx, name, arguments)
+        canary.RECORDER.scan("model request", f"mcp_bridge tool result of {name}", result.text)
+        return result
+
+    async def searched_before_model(ctx: PluginContext, request: dict[str, Any]) -> dict[str, Any]:
+        out = await before_model(ctx, request)
+        canary.RECORDER.scan("model request", "mcp_bridge before_model output", repr(out))
+        return out
+
+    plugin.call_tool = searched_call_tool  # type: ignore[method-assign]
+    plugin.before_model = searched_before_model  # type: ignore[method-assign]
 
 
 @asynccontextmanager
 async def running_bridge(**fields: Any) -> AsyncIterator[tuple[McpBridgePlugin, CollectorRegistry]]:
     """A started plugin and its metrics registry; stopped on exit."""
     plugin = McpBridgePlugin(bridge_config(**fields))
+    _searched(plugin)
     registry = CollectorRegistry()
     async with httpx2.AsyncClient() as http:
         await plugin.start(PluginEnv(http=http, metrics=registry, route="assistant"))
@@ -63,6 +91,7 @@ async def running_bridge(**fields: Any) -> AsyncIterator[tuple[McpBridgePlugin, 
             yield plugin, registry
         finally:
             await plugin.stop()
+            canary.scan_registry(registry, "mcp_bridge plugin registry after stop")
 
 
 def metric(registry: CollectorRegistry, name: str, **labels: str) -> float:

@@ -2,6 +2,8 @@
 
 - `McpServerState` records what the server saw: calls by tool, a counter per session, sessions
   opened and deleted, timestamps of every operation, auth headers; tests wait on it with a deadline.
+  Every credential an HTTP server receives must be the canary's (`canary.MCP_CREDENTIAL`, which
+  `canary.mcp_auth()` configures); with `require_credential`, every request must carry it (B4).
 - `http_app(state, ...)`: Streamable HTTP. `legacy_only=True` refuses the 2026-07-28 probe, so
   clients fall back to a 2025-11-25 session (`Mcp-Session-Id`); `stateless=True` serves every
   request without a session. `state.kill(session_id)` ends a session server-side (404 after).
@@ -27,6 +29,8 @@ import mcp_types as types
 from mcp import MCPError
 from mcp.server import Server
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from tests.support import canary
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 56
 """64 bytes that say image/png."""
@@ -65,6 +69,9 @@ class McpServerState:
     """JSON-RPC methods received over HTTP (e.g. to prove `resources/list` was never asked)."""
     end_every_session: bool = False
     """When set, every request carrying a session id gets 404 (a server that keeps ending sessions)."""
+    require_credential: bool = False
+    """When set, a request without the canary credential is a failed check (the test configured
+    `canary.mcp_auth()`, so the secret must really be sent)."""
     cond: threading.Condition = field(default_factory=threading.Condition)
 
     def note(self, update: Callable[[], None]) -> None:
@@ -205,6 +212,9 @@ def http_app(
         session = headers.get("mcp-session-id")
         if "authorization" in headers or "x-api-key" in headers:
             state.note(lambda: state.auth_headers.append(headers.get("authorization") or headers["x-api-key"]))
+        credential = headers.get("authorization") or headers.get("x-api-key")
+        canary.check_credential(f"a test MCP server ({scope['method']} {scope['path']})", credential, canary.MCP_CREDENTIAL,
+                                required=state.require_credential)
         version = headers.get("mcp-protocol-version")
         refuse: tuple[int, int, str] | None = None
         if legacy_only and version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:

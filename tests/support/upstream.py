@@ -2,7 +2,9 @@
 
 `ScriptedUpstream().app` is a real Starlette app served over loopback (tests/support/http_server).
 Each request takes the next `Reply` from the script (or the result of a callable given the
-request body); every request body is recorded in `.requests`.
+request body); every request body is recorded in `.requests`. Every request must carry the canary
+upstream key (`expected_key`, None to accept anything), and no request body may hold the canary:
+the model never sees a secret (B4).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.support import canary
 
 
 @dataclass
@@ -60,6 +64,7 @@ class ScriptedUpstream:
         self.default = default or Reply(content="Hello from the scripted model.")
         self.release = threading.Event()
         self.stream_closed = threading.Event()
+        self.expected_key: str | None = canary.UPSTREAM_KEY
         self.app = Starlette(routes=[
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/models", self._models, methods=["GET"]),
@@ -76,7 +81,11 @@ class ScriptedUpstream:
         return JSONResponse({"object": "list", "data": [{"id": "scripted", "object": "model", "created": 0, "owned_by": "test"}]})
 
     async def _chat(self, request: Request) -> Response:
-        body = json.loads(await request.body())
+        raw_body = await request.body()
+        if self.expected_key is not None:
+            canary.check_credential("the scripted upstream", request.headers.get("authorization"), f"Bearer {self.expected_key}", required=True)
+        canary.RECORDER.scan("model request", "a request body the scripted upstream received", raw_body)
+        body = json.loads(raw_body)
         self.requests.append(body)
         self.headers.append(dict(request.headers))
         turn = len(self.requests)

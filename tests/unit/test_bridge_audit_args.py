@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gateway.bridge.audit_args import is_mutating, reduce_args
+from tests.support import canary
 
 
 def test_identifiers_are_kept_and_everything_else_is_type_and_length() -> None:
@@ -22,13 +23,13 @@ def test_secrets_never_survive_even_under_identifier_keys() -> None:
     # R: F4, B4
     args = {
         "token": "abc", "api_key": "k", "query": "ghp_" + "a" * 36, "id": "Bearer xyz",
-        "repo": "sk-" + "b" * 30, "owner": "my-known-secret-value",
+        "repo": "sk-" + "b" * 30, "owner": canary.CONNECTION_TOKEN,
     }
-    reduced = reduce_args(args, scrub=lambda text: text.replace("my-known-secret-value", "[redacted]"))
+    reduced = reduce_args(args, scrub=lambda text: text.replace(canary.CONNECTION_TOKEN, "[redacted]"))
     assert reduced == {
         "token": {"type": "string", "length": 3}, "api_key": {"type": "string", "length": 1},
         "query": {"type": "string", "length": 40}, "id": {"type": "string", "length": 10},
-        "repo": {"type": "string", "length": 33}, "owner": {"type": "string", "length": 21},
+        "repo": {"type": "string", "length": 33}, "owner": {"type": "string", "length": len(canary.CONNECTION_TOKEN)},
     }
 
 

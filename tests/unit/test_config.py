@@ -9,6 +9,7 @@ import pytest
 from gateway.cli import main
 from gateway.config import ConfigError, load_config, parse_config
 from gateway.secrets import SecretError, resolve_secret
+from tests.support import canary
 
 GOOD = """
 upstreams: [{name: local, kind: openai, api_base: "http://127.0.0.1:9/v1", api_key: env:TG_TEST_KEY}]
@@ -45,10 +46,10 @@ routes:
 def test_a_literal_secret_in_the_config_is_refused(tmp_path: Path) -> None:
     # R: G8, B4
     with pytest.raises(ConfigError) as caught:
-        parse_config({"upstreams": [{"name": "u", "kind": "openai", "api_base": "http://x/v1", "api_key": "sk-live-123"}],
+        parse_config({"upstreams": [{"name": "u", "kind": "openai", "api_base": "http://x/v1", "api_key": canary.UPSTREAM_KEY}],
                       "routes": [{"model": "m", "upstream": "u"}]}, "cfg")
     assert caught.value.problems == ["cfg: upstreams.0.api_key: a secret reference: 'env:NAME' or 'file:PATH' (secrets are never written in the config)"]
-    assert "sk-live-123" not in str(caught.value)
+    assert canary.CANARY not in str(caught.value)
 
 
 def test_every_broken_reference_between_sections_is_reported_with_its_path() -> None:
@@ -76,12 +77,11 @@ def test_prefetch_tool_outside_the_filter_is_rejected() -> None:
     assert caught.value.problems == ["cfg: routes.0.plugins.0: prefetchTool 'b' is not in toolFilter (B9)"]
 
 
-def test_secret_references_resolve_from_env_and_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_secret_references_resolve_from_env_and_files(tmp_path: Path) -> None:
     # R: G8
-    monkeypatch.setenv("TG_SECRET", "value-from-env")
-    (tmp_path / "key.txt").write_text("value-from-file\n")
-    assert resolve_secret("env:TG_SECRET") == "value-from-env"
-    assert resolve_secret("file:key.txt", tmp_path) == "value-from-file"
+    (tmp_path / "key.txt").write_text(canary.BOB_KEY + "\n")
+    assert resolve_secret(canary.UPSTREAM_KEY_REF) == canary.UPSTREAM_KEY
+    assert resolve_secret("file:key.txt", tmp_path) == canary.BOB_KEY
     with pytest.raises(SecretError, match="environment variable TG_MISSING is not set"):
         resolve_secret("env:TG_MISSING")
     with pytest.raises(SecretError, match="cannot read secret file"):
@@ -90,7 +90,7 @@ def test_secret_references_resolve_from_env_and_files(tmp_path: Path, monkeypatc
 
 def test_check_exits_zero_on_a_good_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     # R: G10
-    monkeypatch.setenv("TG_TEST_KEY", "x-secret-value")
+    monkeypatch.setenv("TG_TEST_KEY", canary.UPSTREAM_KEY)
     path = write(tmp_path, GOOD)
     assert main(["check", str(path)]) == 0
     assert capsys.readouterr().out == f"{path}: ok (1 route(s), 1 upstream(s))\n"
