@@ -208,7 +208,7 @@ _FILLER = [
     "We have updated our terms; no action is needed on your side.",
     "The assistant manager role is open to internal candidates until the 15th.",
     "Customer support agents should follow the escalation instructions in the runbook.",
-    "Ignore any prompts to install updates during the exam; the machines are locked down.",
+    "Ignore the pop-ups about updates during the exam; the machines are locked down.",
     "Forget the old Wi-Fi network on your laptop once the new one works.",
     "Instead of the weekly call, we will post a written update in the channel.",
     "Stop the nightly job before you run the migration, then start it again.",

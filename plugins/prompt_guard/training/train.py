@@ -45,6 +45,12 @@ class Settings:
     """An n-gram must occur in this many training windows to become a feature."""
     floor: float = 0.8
     """Probability below which the classifier gives no evidence (chosen on the validation split)."""
+    mil_top: int = 0
+    """Multiple-instance step: a long injection row whose injection is not located (a prompt
+    longer than a window, e.g. a DAN-style jailbreak) first trains with every window positive;
+    after that fit, only its `mil_top` highest-scoring windows stay positive and its other
+    windows are left out. The runtime scores the best window, so one window must fire, not all
+    (0 = off: every window positive, as in rounds 1-2)."""
 
     @property
     def stride(self) -> int:
@@ -114,11 +120,13 @@ def fit(x: sparse.csr_matrix, y: np.ndarray, sample_weight: np.ndarray, l2: np.n
 
 
 def train(rows: list[dict[str, Any]], cfg: Settings) -> LinearModel:
-    samples, doc = [], []
-    for row in rows:
+    samples, doc, group = [], [], []
+    for i, row in enumerate(rows):
         found = windows(row, cfg)
         samples += found
         doc += [row["kind"] != "prompt"] * len(found)
+        unlocated = row["label"] == "injection" and "span" not in row and len(found) > 1
+        group += [i if unlocated else -1] * len(found)
     counts = Counter(g for toks, _ in samples for g in set(grams(toks)))
     vocab = {g: i for i, g in enumerate(sorted(g for g, n in counts.items() if n >= cfg.min_count))}
     print(f"windows: {len(samples)} ({sum(y for _, y in samples)} positive), vocabulary: {len(vocab)}")
@@ -130,6 +138,21 @@ def train(rows: list[dict[str, Any]], cfg: Settings) -> LinearModel:
     # Single words are weaker evidence than word pairs: they get a heavier penalty.
     l2 = np.array([cfg.l2 * (1 if " " in g else cfg.unigram_l2_factor) for g in names])
     w, b = fit(x, y, weight, l2)
+    if cfg.mil_top:
+        z = x @ w + b
+        groups = np.array(group)
+        order = np.lexsort((-z, groups))  # by group, best window first
+        rank = np.zeros(len(z), dtype=int)
+        g_sorted = groups[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(g_sorted)) + 1]
+        run = np.arange(len(z)) - np.repeat(starts, np.diff(np.r_[starts, len(z)]))
+        rank[order] = run
+        drop = (groups >= 0) & (rank >= cfg.mil_top)
+        print(f"multiple-instance step: {int(drop.sum())} windows of {len(set(group)) - 1} long injection rows left out")
+        before = weight[y == 1].sum()
+        weight = np.where(drop, 0.0, weight)
+        weight = np.where(y == 1, weight * before / weight[y == 1].sum(), weight)  # keep the class balance
+        w, b = fit(x, y, weight, l2)
     for _ in range(HARD_ROUNDS):
         # Hard negatives: benign windows the current model scores highest get more weight.
         z = x @ w + b
@@ -140,7 +163,7 @@ def train(rows: list[dict[str, Any]], cfg: Settings) -> LinearModel:
     print(f"kept {len(kept)} weights, bias {b:.3f}")
     meta = {"trained_on": "see plugins/prompt_guard/DATA.md", "windows": len(samples),
             "features": "word 1-2 grams", "l2": cfg.l2, "doc_weight": cfg.doc_weight,
-            "unigram_l2_factor": cfg.unigram_l2_factor}
+            "unigram_l2_factor": cfg.unigram_l2_factor, "mil_top": cfg.mil_top}
     return LinearModel(kept, round(b, 4), cfg.window, meta, floor=cfg.floor)
 
 
@@ -155,9 +178,10 @@ def main() -> None:
     parser.add_argument("--floor", type=float, default=Settings.floor)
     parser.add_argument("--min-count", type=int, default=Settings.min_count)
     parser.add_argument("--unigram-l2-factor", type=float, default=Settings.unigram_l2_factor)
+    parser.add_argument("--mil-top", type=int, default=Settings.mil_top)
     args = parser.parse_args()
-    cfg = Settings(args.window, args.l2, args.doc_weight, args.unigram_l2_factor, args.min_count, args.floor)
-    rows = [json.loads(line) for line in args.data.read_text(encoding="utf-8").splitlines()]
+    cfg = Settings(args.window, args.l2, args.doc_weight, args.unigram_l2_factor, args.min_count, args.floor, args.mil_top)
+    rows = [json.loads(line) for line in args.data.read_text(encoding="utf-8").split("\n") if line.strip()]
     random.Random(5).shuffle(rows)
     cut = len(rows) // 10
     valid, train_rows = rows[:cut], rows[cut:]
