@@ -1,13 +1,17 @@
 """Train the shipped classifier (run by hand; needs numpy and scipy, which the gateway does not).
 
     python -m plugins.prompt_guard.training.train --data /tmp/pg/data/train.jsonl \
-        --out plugins/prompt_guard/model/classifier.json
+        --out plugins/prompt_guard/model/classifier_round3.json
+
+(Round 3 defaults; about 10 minutes on one core.) The round-2 model `model/classifier.json`
+was built with `--l2 10 --floor 0.8 --mil-top 0` on the round-2 rows.
 
 Each training text becomes windows of `WINDOW` tokens (the unit the runtime model scores).
 A window of an injected document is positive when it holds most of the injected span and
 negative when it holds none of it; clean documents and benign prompts give negatives. Features
 are counts of word unigrams and bigrams of the normalised text; weights come from L2-regularised
-logistic regression (L-BFGS), then a round of hard-negative mining on benign windows; only
+logistic regression (L-BFGS), a multiple-instance step for long injections whose injected
+span is unknown (round 3), then two rounds of hard-negative mining on benign windows; only
 weights with |w| >= `PRUNE` are kept, so the file stays small.
 """
 
@@ -33,19 +37,21 @@ HARD_ROUNDS = 2
 
 @dataclass(frozen=True)
 class Settings:
-    """Training knobs (the defaults built the shipped model)."""
+    """Training knobs. The defaults built `model/classifier_round3.json` (round 3); the default
+    `model/classifier.json` is round 2 (l2 10, floor 0.8, no multiple-instance step, round-2
+    data), see docs/prompt_guard.md."""
 
     window: int = 24
-    l2: float = 10.0
+    l2: float = 20.0
     doc_weight: float = 3.0
     """Windows of tool-output-like documents count this much more than chat prompts."""
     unigram_l2_factor: float = 1.0
     """Penalty on single-word weights relative to word pairs."""
     min_count: int = 2
     """An n-gram must occur in this many training windows to become a feature."""
-    floor: float = 0.8
+    floor: float = 0.75
     """Probability below which the classifier gives no evidence (chosen on the validation split)."""
-    mil_top: int = 0
+    mil_top: int = 2
     """Multiple-instance step: a long injection row whose injection is not located (a prompt
     longer than a window, e.g. a DAN-style jailbreak) first trains with every window positive;
     after that fit, only its `mil_top` highest-scoring windows stay positive and its other
