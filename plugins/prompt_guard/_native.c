@@ -565,6 +565,122 @@ static PyTypeObject RuleMatcherType = {
     .tp_methods = RuleMatcher_methods,
 };
 
+/* ---- LiteralFinder: the literals of the rule pack and the heuristics --------------------------
+ *
+ * `LiteralFinder(literals)`; `find(data) -> sorted indexes of the literals found`, scanning as
+ * the scanner's trie regex does with `findall`: from left to right, at each position the longest
+ * literal that starts there, then on after it (non-overlapping). One pass over the bytes; at a
+ * byte that starts no literal, one table look-up.
+ */
+typedef struct {
+    PyObject_HEAD
+    PyObject *literals;             /* tuple of bytes (owned) */
+    Py_ssize_t *order;              /* literal indexes grouped by first byte, longest first */
+    Py_ssize_t starts[257];         /* per first byte: [starts[b], starts[b + 1]) into `order` */
+} LiteralFinder;
+
+static void LiteralFinder_dealloc(LiteralFinder *self) {
+    PyMem_Free(self->order);
+    Py_XDECREF(self->literals);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int LiteralFinder_init(LiteralFinder *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"literals", NULL};
+    PyObject *literals;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &literals)) return -1;
+    if (self->literals != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "LiteralFinder is already initialised");
+        return -1;
+    }
+    self->literals = PySequence_Tuple(literals);
+    if (self->literals == NULL) return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(self->literals);
+    memset(self->starts, 0, sizeof(self->starts));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *lit = PyTuple_GET_ITEM(self->literals, i);
+        if (!PyBytes_Check(lit) || PyBytes_GET_SIZE(lit) == 0) {
+            PyErr_SetString(PyExc_ValueError, "literals must be non-empty bytes");
+            return -1;
+        }
+        self->starts[(unsigned char)PyBytes_AS_STRING(lit)[0] + 1]++;
+    }
+    for (int b = 0; b < 256; b++) self->starts[b + 1] += self->starts[b];
+    self->order = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
+    if (self->order == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t fill[256] = {0};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char b = (unsigned char)PyBytes_AS_STRING(PyTuple_GET_ITEM(self->literals, i))[0];
+        /* insertion by length, longest first, so the first literal that matches is the longest */
+        Py_ssize_t at = self->starts[b] + fill[b]++;
+        Py_ssize_t len = PyBytes_GET_SIZE(PyTuple_GET_ITEM(self->literals, i));
+        while (at > self->starts[b] &&
+               PyBytes_GET_SIZE(PyTuple_GET_ITEM(self->literals, self->order[at - 1])) < len) {
+            self->order[at] = self->order[at - 1];
+            at--;
+        }
+        self->order[at] = i;
+    }
+    return 0;
+}
+
+static PyObject *LiteralFinder_find(LiteralFinder *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(self->literals);
+    unsigned char *found = PyMem_Calloc(n + 1, 1);
+    if (found == NULL) {
+        PyBuffer_Release(&buf);
+        return PyErr_NoMemory();
+    }
+    const unsigned char *p = buf.buf;
+    Py_ssize_t len = buf.len, i = 0;
+    while (i < len) {
+        Py_ssize_t lo = self->starts[p[i]], hi = self->starts[p[i] + 1], step = 1;
+        for (Py_ssize_t k = lo; k < hi; k++) {
+            PyObject *lit = PyTuple_GET_ITEM(self->literals, self->order[k]);
+            Py_ssize_t m = PyBytes_GET_SIZE(lit);
+            if (m <= len - i && memcmp(PyBytes_AS_STRING(lit), p + i, m) == 0) {
+                found[self->order[k]] = 1;
+                step = m;
+                break;
+            }
+        }
+        i += step;
+    }
+    PyBuffer_Release(&buf);
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t k = 0; out && k < n; k++) {
+        if (!found[k]) continue;
+        PyObject *v = PyLong_FromSsize_t(k);
+        if (v == NULL || PyList_Append(out, v) < 0) Py_CLEAR(out);
+        Py_XDECREF(v);
+    }
+    PyMem_Free(found);
+    return out;
+}
+
+static PyMethodDef LiteralFinder_methods[] = {
+    {"find", (PyCFunction)LiteralFinder_find, METH_VARARGS,
+     "find(data) -> sorted indexes of the literals found (leftmost-longest, non-overlapping)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LiteralFinderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "plugins.prompt_guard._native.LiteralFinder",
+    .tp_basicsize = sizeof(LiteralFinder),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Plain literals found as the scanner's trie regex finds them, in one pass.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)LiteralFinder_init,
+    .tp_dealloc = (destructor)LiteralFinder_dealloc,
+    .tp_methods = LiteralFinder_methods,
+};
+
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_native",
@@ -573,7 +689,9 @@ static struct PyModuleDef native_module = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&NgramTableType) < 0 || PyType_Ready(&RuleMatcherType) < 0) return NULL;
+    if (PyType_Ready(&NgramTableType) < 0 || PyType_Ready(&RuleMatcherType) < 0 ||
+        PyType_Ready(&LiteralFinderType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&native_module);
     if (m == NULL) return NULL;
     Py_INCREF(&NgramTableType);
@@ -585,6 +703,12 @@ PyMODINIT_FUNC PyInit__native(void) {
     Py_INCREF(&RuleMatcherType);
     if (PyModule_AddObject(m, "RuleMatcher", (PyObject *)&RuleMatcherType) < 0) {
         Py_DECREF(&RuleMatcherType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&LiteralFinderType);
+    if (PyModule_AddObject(m, "LiteralFinder", (PyObject *)&LiteralFinderType) < 0) {
+        Py_DECREF(&LiteralFinderType);
         Py_DECREF(m);
         return NULL;
     }

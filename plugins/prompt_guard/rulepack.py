@@ -28,10 +28,10 @@ import yaml
 
 from plugins.prompt_guard.normalize import TOKEN_TABLE, normalize
 
-try:  # the optional compiled matcher (setup.py): the same matches, several times faster
-    from plugins.prompt_guard._native import RuleMatcher
+try:  # the optional compiled matchers (setup.py): the same matches, several times faster
+    from plugins.prompt_guard._native import LiteralFinder, RuleMatcher
 except ImportError:  # pragma: no cover - depends on the install having had a C compiler
-    RuleMatcher = None
+    LiteralFinder = RuleMatcher = None
 
 MAX_SLOTS = 12
 MAX_GAP = 8
@@ -142,6 +142,30 @@ def literal_pattern(literals: Iterable[str]) -> str:
         return "(?:" + body + ")?" if "" in node else body
 
     return build(trie)
+
+
+class LiteralSearch:
+    """Finds which of a set of plain literals occur in normalised text, leftmost-longest and
+    non-overlapping, in one pass: the trie regex of `literal_pattern`, or the compiled
+    `LiteralFinder`, which scans the UTF-8 bytes the same way (same hits)."""
+
+    def __init__(self, literals: Iterable[str], native: bool = True) -> None:
+        self.literals = sorted(set(literals))
+        self._regex = re.compile(literal_pattern(self.literals))
+        encoded = [lit.encode("utf-8", "surrogatepass") for lit in self.literals]
+        self._finder = LiteralFinder(encoded) if native and LiteralFinder is not None and all(encoded) else None
+
+    @property
+    def backend(self) -> str:
+        """`native` when the compiled finder is in use, else `python`."""
+        return "python" if self._finder is None else "native"
+
+    def find(self, norm: str, data: bytes | None = None) -> set[str]:
+        """The literals found in `norm` (`data`: the same text as UTF-8, when the caller has it)."""
+        if self._finder is None:
+            return set(self._regex.findall(norm))
+        found = self._finder.find(norm.encode("utf-8", "surrogatepass") if data is None else data)
+        return {self.literals[i] for i in found}
 
 
 class RulePack:

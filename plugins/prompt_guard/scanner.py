@@ -15,7 +15,6 @@ evidence; without one, nothing of it runs or is imported.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -24,7 +23,7 @@ from plugins.prompt_guard import heuristics
 from plugins.prompt_guard.classifier import LinearModel
 from plugins.prompt_guard.heuristics import Evidence
 from plugins.prompt_guard.normalize import fold
-from plugins.prompt_guard.rulepack import RulePack, RulePackError, Rule, literal_pattern
+from plugins.prompt_guard.rulepack import LiteralSearch, RulePack, RulePackError, Rule
 
 if TYPE_CHECKING:  # the backend module is imported only when a model is configured
     from plugins.prompt_guard.onnx_backend import OnnxClassifier
@@ -108,12 +107,12 @@ class Guard:
         self.settings = settings
         self.onnx = onnx if settings.classifier and ONNX_ID not in self.disabled else None
         markers = self.pack.literals | set(heuristics.CHAT_TOKENS) | set(heuristics.ROLE_LINES)
-        self._literals = re.compile(literal_pattern(markers))
+        self._literals = LiteralSearch(markers, native)
 
     @property
     def backend(self) -> str:
         """`native` when the compiled scorer does the word passes, else `python`."""
-        parts = {self.pack.backend} | ({self.model.backend} if self.model is not None else set())
+        parts = {self.pack.backend, self._literals.backend} | ({self.model.backend} if self.model is not None else set())
         return "native" if parts == {"native"} else "python"
 
     def scan(self, text: str) -> Verdict:
@@ -160,7 +159,7 @@ class Guard:
     def _scan_chunk(self, norm: str) -> list[Evidence]:
         found: list[Evidence] = []
         data = norm.encode("utf-8", "surrogatepass")
-        hits = set(self._literals.findall(norm))
+        hits = self._literals.find(norm, data)
         if self.settings.rules:
             found += [Evidence(r.id, r.weight) for r in self.pack.match_text(data, hits)]
         if self.settings.heuristics:
