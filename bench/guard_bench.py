@@ -23,6 +23,8 @@ from plugins.prompt_guard.plugin import build_guard
 
 ROOT = Path(__file__).resolve().parent
 HELDOUT = ROOT / "data" / "guard_heldout.jsonl"
+AGENTDOJO = ROOT / "data" / "guard_heldout_agentdojo.jsonl"
+"""A second held-out set: AgentDojo's tool outputs with its attacks (see DATA.md)."""
 KEYWORDS = [
     "ignore previous instructions", "ignore all previous", "disregard previous", "system prompt",
     "you are now", "developer mode", "jailbreak", "reveal your", "new instructions", "do anything now",
@@ -104,6 +106,7 @@ def main() -> None:
     python = build_guard(PromptGuardConfig(type="prompt_guard"), native=False)
     strict = build_guard(PromptGuardConfig(type="prompt_guard", threshold=STRICT_THRESHOLD))
     rows = load_rows(HELDOUT)
+    agentdojo = load_rows(AGENTDOJO)
     small, big = corpus(rows)
     rounds = 2 if args.quick else 10
     lines = [
@@ -112,8 +115,8 @@ def main() -> None:
         f"{datetime.date.today().isoformat()} · `{platform.machine()}` · {cpu_model()} · Python "
         f"{platform.python_version()} · one core (single process, no threads)",
         "",
-        "| scanner | throughput, 1 MB document | 4 KB tool result p50 | p99 | held-out tool output recall / FPR | user prompts recall / FPR |",
-        "|---|---|---|---|---|---|",
+        "| scanner | throughput, 1 MB document | 4 KB tool result p50 | p99 | held-out tool output recall / FPR | user prompts recall / FPR | AgentDojo tool output recall / FPR |",
+        "|---|---|---|---|---|---|---|",
     ]
     results = {}
     for name, scan in ((f"prompt_guard (default config, {guard.backend} scorer)", lambda t: guard.scan(t).blocked),
@@ -125,11 +128,15 @@ def main() -> None:
         mbps = throughput(scan, big, 1.0 if args.quick else 3.0)
         groups = evaluation(rows, scan)
         tool, prompt = groups["tool output"].metrics(), groups["user prompts"].metrics()
+        dojo_groups = evaluation(agentdojo, scan)
+        dojo = dojo_groups["tool output"].metrics()
+        groups.update({f"AgentDojo {name}": tally for name, tally in dojo_groups.items() if name != "tool output"})
         p50, p99 = statistics.median(lat), lat[int(0.99 * (len(lat) - 1))]
         results[name] = groups
         lines.append(
             f"| {name} | {mbps:.1f} MB/s | {p50 * 1e3:.3f} ms | {p99 * 1e3:.3f} ms | "
-            f"{pct(tool['recall'])} / {pct(tool['fpr'])} | {pct(prompt['recall'])} / {pct(prompt['fpr'])} |"
+            f"{pct(tool['recall'])} / {pct(tool['fpr'])} | {pct(prompt['recall'])} / {pct(prompt['fpr'])} | "
+            f"{pct(dojo['recall'])} / {pct(dojo['fpr'])} |"
         )
     lines += ["", "Held-out evaluation by kind (prompt_guard, default threshold 0.5):", "",
               "| slice | rows | injection | benign | recall | FPR | precision |", "|---|---|---|---|---|---|---|"]
@@ -137,7 +144,8 @@ def main() -> None:
         m = tally.metrics()
         lines.append(f"| {name} | {m['rows']} | {m['injection']} | {m['benign']} | {pct(m['recall'])} | "
                      f"{pct(m['fpr'])} | {pct(m['precision'])} |")
-    lines += ["", f"Data: `bench/data/guard_heldout.jsonl` ({len(rows)} rows; provenance in "
+    lines += ["", f"Data: `bench/data/guard_heldout.jsonl` ({len(rows)} rows) and "
+              f"`bench/data/guard_heldout_agentdojo.jsonl` ({len(agentdojo)} rows; provenance of both in "
               f"`plugins/prompt_guard/DATA.md`). Latency: {len(small)} different 4 KB benign held-out "
               f"tool results x {rounds} rounds; "
               f"p50/p99 are taken across the results, each result's time being the median of its "
