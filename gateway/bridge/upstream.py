@@ -28,6 +28,8 @@ log = logging.getLogger("toolgate.bridge.upstream")
 
 T = TypeVar("T")
 CALL_TIMEOUT_SECONDS = 30.0
+MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024
+"""The largest answer read as one streamed event (the SDK's default is 1 MiB; as mcp_bridge)."""
 
 
 class UpstreamCallFailed(Exception):
@@ -111,7 +113,7 @@ class Upstreams:
     async def _with_session(self, conn: ConnectionRecord, op: Callable[[Client], Awaitable[T]]) -> T:
         http = self._client_for(conn)
         known = self._discovered.get(conn.id)
-        transport = streamable_http_client(conn.endpoint, http_client=http)
+        transport = streamable_http_client(conn.endpoint, http_client=http, max_sse_event_size=MAX_SSE_EVENT_BYTES)
         if known is not None:
             client = Client(transport, mode=known[0], prior_discover=known[1], cache=None)
         else:

@@ -77,6 +77,18 @@ async def test_a_federated_tool_call_reaches_the_owning_connection(world: World,
     assert world.gh.count("echo") == before + 1
 
 
+async def test_a_federated_tool_answer_over_one_mebibyte_is_relayed_whole(world: World) -> None:
+    # R: F1 -- a large answer goes through the Bridge to its client unchanged (the Bridge's
+    # client reads streamed answers of up to 64 MiB, like mcp_bridge's; the SDK default is 1 MiB).
+    text = "x" * (3 * 1024 * 1024)
+    transport = streamable_http_client(f"{world.url}/mcp", http_client=mcp_http("alice-key"),
+                                       max_sse_event_size=16 * 1024 * 1024)
+    async with Client(transport, mode="legacy") as alice:
+        result = await alice.call_tool("gh__echo", {"text": text})
+    assert not result.is_error, result.content
+    assert result.content[0].text == text
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_tool_name_the_pattern_cannot_carry_is_mapped_and_callable(world: World, mode: str) -> None:
     # R: F3
