@@ -12,8 +12,17 @@ from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.upstream.base import check_chunk, check_completion, error_for_status
 
 
+UNANSWERED = (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)
+"""The connection failed before any byte of a response: what a request meets when it is written
+on a kept-alive connection the server was just closing (uvicorn closes idle ones after 5 s)."""
+
+
 class OpenAICompatUpstream:
-    """POSTs to `{api_base}/chat/completions`; maps transport failures to 502/504 (G5)."""
+    """POSTs to `{api_base}/chat/completions`; maps transport failures to 502/504 (G5).
+
+    A request whose connection failed before any response arrived (`UNANSWERED`) is sent once
+    more on a new connection, as the official `openai` SDK does for connection errors; a second
+    failure, or one after the response began, is reported."""
 
     def __init__(self, name: str, api_base: str, api_key: str | None, timeout: float, http: httpx2.AsyncClient) -> None:
         self.name = name
@@ -35,7 +44,10 @@ class OpenAICompatUpstream:
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         payload = json.dumps(body).encode()
         try:
-            response = await self._http.post(self._url, content=payload, headers=self._headers, timeout=self._timeout)
+            try:
+                response = await self._post(payload)
+            except UNANSWERED:
+                response = await self._post(payload)
         except httpx2.HTTPError as exc:
             raise self._transport_error(exc) from None
         if response.status_code >= 400:
@@ -46,30 +58,43 @@ class OpenAICompatUpstream:
             raise UpstreamError(f"upstream '{self.name}' returned a body that is not JSON") from None
         return check_completion(self.name, data)
 
+    async def _post(self, payload: bytes) -> httpx2.Response:
+        return await self._http.post(self._url, content=payload, headers=self._headers, timeout=self._timeout)
+
+    async def _open_stream(self, payload: bytes) -> httpx2.Response:
+        request = self._http.build_request("POST", self._url, content=payload, headers=self._headers, timeout=self._timeout)
+        try:
+            return await self._http.send(request, stream=True)
+        except UNANSWERED:
+            return await self._http.send(request, stream=True)
+
     async def stream(self, body: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
         payload = json.dumps(body).encode()
         done = False
         try:
-            async with self._http.stream(
-                "POST", self._url, content=payload, headers=self._headers, timeout=self._timeout
-            ) as response:
-                if response.status_code >= 400:
-                    raise error_for_status(self.name, response.status_code, await response.aread())
-                events = SseEvents()
-                async for data in response.aiter_bytes():
-                    # read on past [DONE] to the end of the body, so the connection is kept alive
-                    if done:
-                        continue
-                    batch = []
-                    for event in events.feed(data):
-                        if event == b"[DONE]":
-                            done = True
-                            break
-                        batch.append(self._chunk(event))
-                    if batch:
-                        yield batch
+            response = await self._open_stream(payload)
         except httpx2.HTTPError as exc:
             raise self._transport_error(exc) from None
+        try:
+            if response.status_code >= 400:
+                raise error_for_status(self.name, response.status_code, await response.aread())
+            events = SseEvents()
+            async for data in response.aiter_bytes():
+                # read on past [DONE] to the end of the body, so the connection is kept alive
+                if done:
+                    continue
+                batch = []
+                for event in events.feed(data):
+                    if event == b"[DONE]":
+                        done = True
+                        break
+                    batch.append(self._chunk(event))
+                if batch:
+                    yield batch
+        except httpx2.HTTPError as exc:
+            raise self._transport_error(exc) from None
+        finally:
+            await response.aclose()
         if not done:
             raise UpstreamError(f"upstream '{self.name}' ended the stream without [DONE]")
 
