@@ -134,75 +134,7 @@ static int NgramTable_init(NgramTable *self, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
-/* logit(data: bytes-like, window: int, bias: float) -> float */
-static PyObject *NgramTable_logit(NgramTable *self, PyObject *args) {
-    Py_buffer buf;
-    Py_ssize_t window;
-    double bias;
-    if (!PyArg_ParseTuple(args, "y*nd", &buf, &window, &bias)) return NULL;
-    if (window < 1) {
-        PyBuffer_Release(&buf);
-        PyErr_SetString(PyExc_ValueError, "window must be positive");
-        return NULL;
-    }
-    double *ring = PyMem_Malloc((size_t)(window + 1) * sizeof(double));
-    if (ring == NULL) {
-        PyBuffer_Release(&buf);
-        return PyErr_NoMemory();
-    }
-    const unsigned char *p = buf.buf;
-    Py_ssize_t n = buf.len;
-    Py_ssize_t ring_size = window + 1;
-    Py_ssize_t count = 0; /* contributions pushed so far */
-    double sum = 0.0, best = -INFINITY;
-    int in_token = 0, have_prev = 0;
-    uint64_t h = 0, prev = 0;
-
-    Py_BEGIN_ALLOW_THREADS
-    ring[0] = 0.0;
-#define PUSH(c)                                                            \
-    do {                                                                   \
-        sum = sum + (c);                                                   \
-        count++;                                                           \
-        ring[count % ring_size] = sum;                                     \
-        if (count >= window) {                                             \
-            double d = sum - ring[(count - window) % ring_size];           \
-            if (d > best) best = d;                                        \
-        }                                                                  \
-    } while (0)
-    for (Py_ssize_t i = 0; i <= n; i++) {
-        unsigned char c = i < n ? self->bytes[p[i]] : SEPARATOR;
-        if (c != SEPARATOR) {
-            if (!in_token) {
-                h = FNV_OFFSET;
-                in_token = 1;
-            }
-            h ^= c;
-            h *= FNV_PRIME;
-        } else if (in_token) {
-            in_token = 0;
-            if (have_prev) {
-                double u = lookup(self, uni_key(prev));
-                double b = lookup(self, bi_key(prev, h));
-                PUSH(u + b);
-            }
-            prev = h;
-            have_prev = 1;
-        }
-    }
-    if (have_prev) {
-        double u = lookup(self, uni_key(prev));
-        PUSH(u + 0.0);
-    }
-#undef PUSH
-    Py_END_ALLOW_THREADS
-
-    PyMem_Free(ring);
-    PyBuffer_Release(&buf);
-    if (count == 0) return PyFloat_FromDouble(bias);
-    if (count <= window) return PyFloat_FromDouble(bias + sum);
-    return PyFloat_FromDouble(bias + best);
-}
+static PyObject *NgramTable_logit(NgramTable *self, PyObject *args); /* defined with the token pass */
 
 static PyObject *NgramTable_len(NgramTable *self, PyObject *Py_UNUSED(ignored)) {
     return PyLong_FromSsize_t(self->size);
@@ -477,74 +409,206 @@ static int match_rest(const RuleMatcher *t, const Pattern *pat, Py_ssize_t k, co
     return slot->optional && match_rest(t, pat, k + 1, h, j, pos);
 }
 
-static PyObject *RuleMatcher_match(RuleMatcher *self, PyObject *args) {
-    Py_buffer buf;
-    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
-    Py_ssize_t cap = buf.len / 2 + 1; /* a token and its separator take two bytes at least */
-    Hits h = {PyMem_Malloc(cap * sizeof(Py_ssize_t)), PyMem_Malloc(cap * sizeof(int32_t)),
-              PyMem_Malloc(cap * sizeof(uint32_t)), 0};
-    unsigned char *fired = PyMem_Calloc(self->nrules + 1, 1);
-    PyObject *out = NULL;
-    if (!h.pos || !h.wid || !h.pmask || !fired) {
-        PyErr_NoMemory();
-        goto done;
+/* ---- The token pass: one walk over the bytes for the classifier, the rules, or both ---------- */
+
+typedef struct {
+    const NgramTable *table; /* classifier state, when `table` */
+    Py_ssize_t window, ring_size, count;
+    double *ring, sum, best;
+    int have_prev;
+    uint64_t prev;
+    const RuleMatcher *rules; /* rule state, when `rules` */
+    Hits hits;
+} Pass;
+
+static void pass_free(Pass *ps) {
+    PyMem_Free(ps->ring);
+    PyMem_Free(ps->hits.pos);
+    PyMem_Free(ps->hits.wid);
+    PyMem_Free(ps->hits.pmask);
+}
+
+static int pass_init(Pass *ps, const NgramTable *table, Py_ssize_t window, const RuleMatcher *rules, Py_ssize_t len) {
+    memset(ps, 0, sizeof(*ps));
+    ps->table = table;
+    ps->rules = rules;
+    ps->best = -INFINITY;
+    if (table != NULL) {
+        if (window < 1) {
+            PyErr_SetString(PyExc_ValueError, "window must be positive");
+            return -1;
+        }
+        ps->window = window;
+        ps->ring_size = window + 1;
+        ps->ring = PyMem_Malloc((size_t)ps->ring_size * sizeof(double));
+        if (ps->ring == NULL) goto nomem;
+        ps->ring[0] = 0.0;
     }
-    const unsigned char *p = buf.buf;
-    Py_ssize_t n = buf.len, count = 0, len = 0;
+    if (rules != NULL) {
+        Py_ssize_t cap = len / 2 + 1; /* a token and its separator take two bytes at least */
+        ps->hits.pos = PyMem_Malloc(cap * sizeof(Py_ssize_t));
+        ps->hits.wid = PyMem_Malloc(cap * sizeof(int32_t));
+        ps->hits.pmask = PyMem_Malloc(cap * sizeof(uint32_t));
+        if (!ps->hits.pos || !ps->hits.wid || !ps->hits.pmask) goto nomem;
+    }
+    return 0;
+nomem:
+    pass_free(ps);
+    PyErr_NoMemory();
+    return -1;
+}
+
+/* The classifier's part: token `h` completes the bigram of the previous token, whose
+ * contribution (its unigram plus that bigram) is added to the window sums, in the order the
+ * Python scorer adds them. */
+static void pass_push(Pass *ps, double c) {
+    ps->sum = ps->sum + c;
+    ps->count++;
+    ps->ring[ps->count % ps->ring_size] = ps->sum;
+    if (ps->count >= ps->window) {
+        double d = ps->sum - ps->ring[(ps->count - ps->window) % ps->ring_size];
+        if (d > ps->best) ps->best = d;
+    }
+}
+
+static void pass_token(Pass *ps, uint64_t h, const unsigned char *token, Py_ssize_t len, int truncated,
+                       Py_ssize_t index) {
+    if (ps->table != NULL) {
+        if (ps->have_prev) {
+            double u = lookup(ps->table, uni_key(ps->prev));
+            double b = lookup(ps->table, bi_key(ps->prev, h));
+            pass_push(ps, u + b);
+        }
+        ps->prev = h;
+        ps->have_prev = 1;
+    }
+    if (ps->rules != NULL) {
+        /* A token longer than the buffer is no word, but may still start with a prefix. */
+        int32_t id = truncated ? -1 : word_id(ps->rules, h, token, len);
+        uint32_t m = prefix_mask(ps->rules, token, len);
+        if (id >= 0 || m) {
+            Hits *hs = &ps->hits;
+            hs->pos[hs->n] = index;
+            hs->wid[hs->n] = id;
+            hs->pmask[hs->n] = m;
+            hs->n++;
+        }
+    }
+}
+
+/* Tokenise as `normalize.tokenize` does (the 256-byte table; 0x20 separates) and feed each
+ * token to the pass. Runs without the GIL: it reads only memory its owners keep alive. */
+static void pass_run(Pass *ps, const unsigned char *bytes, const unsigned char *p, Py_ssize_t n) {
     unsigned char token[MAX_WORD];
+    Py_ssize_t len = 0, index = 0;
     int in_token = 0, truncated = 0;
-    uint64_t hash = 0;
-    Py_BEGIN_ALLOW_THREADS
+    uint64_t h = 0;
     for (Py_ssize_t i = 0; i <= n; i++) {
-        unsigned char c = i < n ? self->bytes[p[i]] : SEPARATOR;
+        unsigned char c = i < n ? bytes[p[i]] : SEPARATOR;
         if (c != SEPARATOR) {
             if (!in_token) {
-                hash = FNV_OFFSET;
+                h = FNV_OFFSET;
                 in_token = 1;
                 truncated = 0;
                 len = 0;
             }
-            hash ^= c;
-            hash *= FNV_PRIME;
+            h ^= c;
+            h *= FNV_PRIME;
             if (len < MAX_WORD) token[len++] = c;
             else truncated = 1;
         } else if (in_token) {
             in_token = 0;
-            /* A token longer than the buffer is no word, but may still start with a prefix. */
-            int32_t id = truncated ? -1 : word_id(self, hash, token, len);
-            uint32_t m = prefix_mask(self, token, len);
-            if (id >= 0 || m) {
-                h.pos[h.n] = count;
-                h.wid[h.n] = id;
-                h.pmask[h.n] = m;
-                h.n++;
-            }
-            count++;
+            pass_token(ps, h, token, len, truncated, index++);
         }
     }
-    for (Py_ssize_t j = 0; j < h.n; j++) {
-        int32_t id = h.wid[j];
+    if (ps->table != NULL && ps->have_prev) pass_push(ps, lookup(ps->table, uni_key(ps->prev)) + 0.0);
+}
+
+static double pass_logit(const Pass *ps, double bias) {
+    if (ps->count == 0) return bias;
+    if (ps->count <= ps->window) return bias + ps->sum;
+    return bias + ps->best;
+}
+
+/* Run the patterns over the hits; `fired` has one byte per rule. */
+static void pass_match(const Pass *ps, unsigned char *fired) {
+    const RuleMatcher *t = ps->rules;
+    const Hits *h = &ps->hits;
+    for (Py_ssize_t j = 0; j < h->n; j++) {
+        int32_t id = h->wid[j];
         if (id < 0) continue;
-        for (Py_ssize_t s = self->starts[id]; s < self->starts[id + 1]; s++) {
-            const Pattern *pat = &self->patterns[self->by_first[s]];
-            if (!fired[pat->rule] && match_rest(self, pat, 1, &h, j + 1, h.pos[j] + 1)) fired[pat->rule] = 1;
+        for (Py_ssize_t s = t->starts[id]; s < t->starts[id + 1]; s++) {
+            const Pattern *pat = &t->patterns[t->by_first[s]];
+            if (!fired[pat->rule] && match_rest(t, pat, 1, h, j + 1, h->pos[j] + 1)) fired[pat->rule] = 1;
         }
     }
-    Py_END_ALLOW_THREADS
-    out = PyList_New(0);
-    for (Py_ssize_t r = 0; out && r < self->nrules; r++) {
+}
+
+static PyObject *fired_list(const unsigned char *fired, Py_ssize_t nrules) {
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t r = 0; out && r < nrules; r++) {
         if (!fired[r]) continue;
         PyObject *v = PyLong_FromSsize_t(r);
         if (v == NULL || PyList_Append(out, v) < 0) Py_CLEAR(out);
         Py_XDECREF(v);
     }
-done:
-    PyMem_Free(h.pos);
-    PyMem_Free(h.wid);
-    PyMem_Free(h.pmask);
-    PyMem_Free(fired);
-    PyBuffer_Release(&buf);
     return out;
+}
+
+/* Both passes' work for one text: (sorted rule indexes, logit). Either part may be absent. */
+static PyObject *run(const NgramTable *table, Py_ssize_t window, double bias, const RuleMatcher *rules,
+                     PyObject *data) {
+    Py_buffer buf;
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    Pass ps;
+    PyObject *result = NULL;
+    unsigned char *fired = NULL;
+    if (pass_init(&ps, table, window, rules, buf.len) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (rules != NULL && (fired = PyMem_Calloc(rules->nrules + 1, 1)) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const unsigned char *bytes = table != NULL ? table->bytes : rules->bytes;
+    Py_BEGIN_ALLOW_THREADS
+    pass_run(&ps, bytes, buf.buf, buf.len);
+    if (rules != NULL) pass_match(&ps, fired);
+    Py_END_ALLOW_THREADS
+    PyObject *indexes = rules != NULL ? fired_list(fired, rules->nrules) : PyList_New(0);
+    if (indexes != NULL) result = Py_BuildValue("(Nd)", indexes, pass_logit(&ps, bias));
+done:
+    PyMem_Free(fired);
+    pass_free(&ps);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* NgramTable.logit(data, window, bias) -> bias + the best window sum over the tokens of data */
+static PyObject *NgramTable_logit(NgramTable *self, PyObject *args) {
+    PyObject *data;
+    Py_ssize_t window;
+    double bias;
+    if (!PyArg_ParseTuple(args, "Ond", &data, &window, &bias)) return NULL;
+    PyObject *both = run(self, window, bias, NULL, data);
+    if (both == NULL) return NULL;
+    PyObject *logit = PyTuple_GET_ITEM(both, 1);
+    Py_INCREF(logit);
+    Py_DECREF(both);
+    return logit;
+}
+
+/* RuleMatcher.match(data) -> sorted indexes of the rules whose patterns match */
+static PyObject *RuleMatcher_match(RuleMatcher *self, PyObject *args) {
+    PyObject *data;
+    if (!PyArg_ParseTuple(args, "O", &data)) return NULL;
+    PyObject *both = run(NULL, 0, 0.0, self, data);
+    if (both == NULL) return NULL;
+    PyObject *indexes = PyTuple_GET_ITEM(both, 0);
+    Py_INCREF(indexes);
+    Py_DECREF(both);
+    return indexes;
 }
 
 static PyMethodDef RuleMatcher_methods[] = {
@@ -681,11 +745,33 @@ static PyTypeObject LiteralFinderType = {
     .tp_methods = LiteralFinder_methods,
 };
 
+/* scan(data, table, matcher, window, bias) -> (sorted rule indexes, classifier logit), from one
+ * token pass: what `matcher.match(data)` and `table.logit(data, window, bias)` give. */
+static PyObject *native_scan(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *data, *table, *matcher;
+    Py_ssize_t window;
+    double bias;
+    if (!PyArg_ParseTuple(args, "OO!O!nd", &data, &NgramTableType, &table, &RuleMatcherType, &matcher, &window, &bias))
+        return NULL;
+    if (memcmp(((NgramTable *)table)->bytes, ((RuleMatcher *)matcher)->bytes, 256) != 0) {
+        PyErr_SetString(PyExc_ValueError, "the table and the matcher tokenise differently");
+        return NULL;
+    }
+    return run((NgramTable *)table, window, bias, (RuleMatcher *)matcher, data);
+}
+
+static PyMethodDef native_functions[] = {
+    {"scan", native_scan, METH_VARARGS,
+     "scan(data, table, matcher, window, bias) -> (rule indexes, logit) from one pass over data"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_native",
     .m_doc = "Compiled scorer for prompt_guard: the classifier's n-gram table and the rule matcher.",
     .m_size = -1,
+    .m_methods = native_functions,
 };
 
 PyMODINIT_FUNC PyInit__native(void) {

@@ -147,6 +147,15 @@ class LinearModel:
         noisy-OR with the rules from adding that noise up."""
         return self._rescale(_sigmoid(self.logit(tokens)))
 
+    @property
+    def native_table(self) -> Any:
+        """The compiled n-gram table (for a combined pass with the rules), or None."""
+        return self._native
+
+    def logit_evidence(self, logit: float) -> float:
+        """`evidence` for a logit computed elsewhere (the combined compiled pass)."""
+        return self._rescale(_sigmoid(logit))
+
     def text_evidence(self, normalized: bytes) -> float:
         """`evidence` of UTF-8 normalised text (see `text_logit`)."""
         return self._rescale(_sigmoid(self.text_logit(normalized)))

@@ -197,12 +197,21 @@ class RulePack:
         """`native` when the compiled matcher is in use, else `python`."""
         return "python" if self._matcher is None else "native"
 
+    @property
+    def native_matcher(self) -> Any:
+        """The compiled matcher (for a combined pass with the classifier), or None."""
+        return self._matcher
+
+    def rules_at(self, indexes: Iterable[int], literal_hits: Collection[str] = ()) -> list[Rule]:
+        """The rules the compiled matcher reported by index, plus those with a literal hit."""
+        return self._with_literals({self.rules[i].id for i in indexes}, literal_hits)
+
     def match_text(self, normalized: bytes, literal_hits: Collection[str] = ()) -> list[Rule]:
         """`match` on the tokens of UTF-8 normalised text (by the compiled matcher when there
         is one: it runs the same search as `_match_rest` over the same tokens)."""
         if self._matcher is None:
             return self.match(normalized.translate(TOKEN_TABLE).split(), literal_hits)
-        return self._with_literals({self.rules[i].id for i in self._matcher.match(normalized)}, literal_hits)
+        return self.rules_at(self._matcher.match(normalized), literal_hits)
 
     def _compiled(self) -> Any:
         """The compiled matcher of the enabled rules, or None without the extension (or for a

@@ -25,6 +25,11 @@ from plugins.prompt_guard.heuristics import Evidence
 from plugins.prompt_guard.normalize import fold
 from plugins.prompt_guard.rulepack import LiteralSearch, RulePack, RulePackError, Rule
 
+try:  # the optional compiled scorer (setup.py): rules and classifier in one pass over a chunk
+    from plugins.prompt_guard._native import scan as native_scan
+except ImportError:  # pragma: no cover - depends on the install having had a C compiler
+    native_scan = None
+
 if TYPE_CHECKING:  # the backend module is imported only when a model is configured
     from plugins.prompt_guard.onnx_backend import OnnxClassifier
 
@@ -108,6 +113,9 @@ class Guard:
         self.onnx = onnx if settings.classifier and ONNX_ID not in self.disabled else None
         markers = self.pack.literals | set(heuristics.CHAT_TOKENS) | set(heuristics.ROLE_LINES)
         self._literals = LiteralSearch(markers, native)
+        table = model.native_table if model is not None else None
+        matcher = self.pack.native_matcher
+        self._one_pass = (table, matcher) if native_scan is not None and table is not None and matcher is not None else None
 
     @property
     def backend(self) -> str:
@@ -160,11 +168,20 @@ class Guard:
         found: list[Evidence] = []
         data = norm.encode("utf-8", "surrogatepass")
         hits = self._literals.find(norm, data)
-        if self.settings.rules:
-            found += [Evidence(r.id, r.weight) for r in self.pack.match_text(data, hits)]
+        classify = self.settings.classifier and self.model is not None and CLASSIFIER_ID not in self.disabled
+        if self._one_pass is not None and self.settings.rules and classify:
+            # The compiled rule matcher and classifier share one token pass over the chunk.
+            table, matcher = self._one_pass
+            indexes, logit = native_scan(data, table, matcher, self.model.window, self.model.bias)
+            found += [Evidence(r.id, r.weight) for r in self.pack.rules_at(indexes, hits)]
+            classifier = self.model.logit_evidence(logit)
+        else:
+            if self.settings.rules:
+                found += [Evidence(r.id, r.weight) for r in self.pack.match_text(data, hits)]
+            classifier = self.model.text_evidence(data) if classify else 0.0
         if self.settings.heuristics:
             found += heuristics.chat_markers(hits)
             found += heuristics.exfil_links(norm)
-        if self.settings.classifier and self.model is not None and CLASSIFIER_ID not in self.disabled:
-            found.append(Evidence(CLASSIFIER_ID, self.model.text_evidence(data)))
+        if classify:
+            found.append(Evidence(CLASSIFIER_ID, classifier))
         return [e for e in found if e.id not in self.disabled]
