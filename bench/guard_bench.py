@@ -65,14 +65,18 @@ def latencies(scan: Callable[[str], object], texts: list[str], rounds: int) -> l
     return [statistics.median(t) for t in times]
 
 
-def throughput(scan: Callable[[str], object], text: str, seconds: float) -> float:
-    """MB/s scanning `text`: its size over the median time of repeated scans for about `seconds`."""
-    runs, start = [], time.perf_counter()
-    while time.perf_counter() - start < seconds or len(runs) < 3:
-        begin = time.perf_counter()
-        scan(text)
-        runs.append(time.perf_counter() - begin)
-    return len(text.encode("utf-8")) / statistics.median(runs) / 1e6
+def throughputs(scans: list[Callable[[str], object]], text: str, rounds: int) -> list[float]:
+    """MB/s of each scanner on `text`: its size over the median of `rounds` timed scans. The
+    rounds are interleaved across the scanners, so a stall of the shared machine falls on all
+    of them alike instead of on whichever ran at that moment."""
+    times: list[list[float]] = [[] for _ in scans]
+    for _ in range(rounds):
+        for i, scan in enumerate(scans):
+            begin = time.perf_counter()
+            scan(text)
+            times[i].append(time.perf_counter() - begin)
+    size = len(text.encode("utf-8"))
+    return [size / statistics.median(t) / 1e6 for t in times]
 
 
 def corpus(rows: list[Row]) -> tuple[list[str], str]:
@@ -119,13 +123,17 @@ def main() -> None:
         "|---|---|---|---|---|---|---|",
     ]
     results = {}
-    for name, scan in ((f"prompt_guard (default config, {guard.backend} scorer)", lambda t: guard.scan(t).blocked),
-                       ("prompt_guard (default config, pure-Python scorer)", lambda t: python.scan(t).blocked),
-                       (f"prompt_guard, threshold {STRICT_THRESHOLD}", lambda t: strict.scan(t).blocked),
-                       ("baseline: str.lower() + in, 16 keywords", keyword_scan)):
+    scanners: list[tuple[str, Callable[[str], bool]]] = [
+        (f"prompt_guard (default config, {guard.backend} scorer)", lambda t: guard.scan(t).blocked),
+        ("prompt_guard (default config, pure-Python scorer)", lambda t: python.scan(t).blocked),
+        (f"prompt_guard, threshold {STRICT_THRESHOLD}", lambda t: strict.scan(t).blocked),
+        ("baseline: str.lower() + in, 16 keywords", keyword_scan),
+    ]
+    for _, scan in scanners:
         latencies(scan, small, 1)  # warm-up: first touches of the model tables and regex caches
+    speeds = throughputs([scan for _, scan in scanners], big, 5 if args.quick else 21)
+    for (name, scan), mbps in zip(scanners, speeds):
         lat = sorted(latencies(scan, small, rounds))
-        mbps = throughput(scan, big, 1.0 if args.quick else 3.0)
         groups = evaluation(rows, scan)
         tool, prompt = groups["tool output"].metrics(), groups["user prompts"].metrics()
         dojo_groups = evaluation(agentdojo, scan)
@@ -149,7 +157,8 @@ def main() -> None:
               f"`plugins/prompt_guard/DATA.md`). Latency: {len(small)} different 4 KB benign held-out "
               f"tool results x {rounds} rounds; "
               f"p50/p99 are taken across the results, each result's time being the median of its "
-              f"{rounds} rounds. Throughput: 1 MB over the median time of repeated scans.", ""]
+              f"{rounds} rounds. Throughput: 1 MB over the median time of its scans, "
+              f"{5 if args.quick else 21} rounds interleaved across the scanners.", ""]
     text = "\n".join(lines)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
