@@ -1,16 +1,21 @@
-/* Compiled scorer for prompt_guard's linear n-gram classifier (optional accelerator).
+/* Compiled scorer for prompt_guard (an optional accelerator; the Python code gives the same
+ * results without it).
  *
- * `NgramTable(table, grams)` builds an open-addressing hash table of the model's unigram and
- * bigram weights; `NgramTable.logit(data, window, bias)` tokenises UTF-8 text with the same
- * 256-byte table as `normalize.tokenize` and returns the classifier's logit, exactly as
- * `LinearModel.logit` computes it in Python (same token boundaries, same additions in the
- * same order, so the same double). One pass over the bytes, O(window) memory, no allocation
- * per token, and the GIL is released while scanning.
+ * - `NgramTable(table, grams)`: an open-addressing hash table of the linear classifier's unigram
+ *   and bigram weights; `logit(data, window, bias)` returns the classifier's logit exactly as
+ *   `LinearModel.logit` computes it in Python (same token boundaries, same additions in the same
+ *   order, so the same double).
+ * - `RuleMatcher(table, words, prefixes, patterns)`: the rule pack's word patterns; `match(data)`
+ *   runs the same bounded search as `rulepack._match_rest`.
+ * - `scan(data, table, matcher, window, bias)`: both from one token pass.
+ * - `LiteralFinder(literals)`: `find(data)` as the scanner's trie regex finds them.
  *
- * Grams are keyed by a 64-bit hash (FNV-1a over the token bytes, then a finaliser); a build
- * that finds two grams with the same key raises ValueError, and the caller falls back to the
- * Python scorer. A token that is not in the model can share a key with one that is only with
- * probability ~2^-64 per lookup.
+ * Text is tokenised with the 256-byte table of `normalize.tokenize`, in one pass over the bytes,
+ * O(window) memory and no allocation per token; the GIL is released while scanning. Grams and
+ * words are keyed by a 64-bit hash (FNV-1a over the token bytes, then a finaliser); a build that
+ * finds two grams with the same key raises ValueError and the caller falls back to the Python
+ * scorer. A token that is not in the model shares a key with one that is with probability
+ * ~2^-64 per lookup (rule words are also compared byte for byte).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -544,10 +549,11 @@ static void pass_match(const Pass *ps, unsigned char *fired) {
     }
 }
 
-static PyObject *fired_list(const unsigned char *fired, Py_ssize_t nrules) {
+/* The indexes i < n with flags[i] set, as a list of ints. */
+static PyObject *flagged_indexes(const unsigned char *flags, Py_ssize_t n) {
     PyObject *out = PyList_New(0);
-    for (Py_ssize_t r = 0; out && r < nrules; r++) {
-        if (!fired[r]) continue;
+    for (Py_ssize_t r = 0; out && r < n; r++) {
+        if (!flags[r]) continue;
         PyObject *v = PyLong_FromSsize_t(r);
         if (v == NULL || PyList_Append(out, v) < 0) Py_CLEAR(out);
         Py_XDECREF(v);
@@ -576,7 +582,7 @@ static PyObject *run(const NgramTable *table, Py_ssize_t window, double bias, co
     pass_run(&ps, bytes, buf.buf, buf.len);
     if (rules != NULL) pass_match(&ps, fired);
     Py_END_ALLOW_THREADS
-    PyObject *indexes = rules != NULL ? fired_list(fired, rules->nrules) : PyList_New(0);
+    PyObject *indexes = rules != NULL ? flagged_indexes(fired, rules->nrules) : PyList_New(0);
     if (indexes != NULL) result = Py_BuildValue("(Nd)", indexes, pass_logit(&ps, bias));
 done:
     PyMem_Free(fired);
@@ -716,13 +722,7 @@ static PyObject *LiteralFinder_find(LiteralFinder *self, PyObject *args) {
         i += step;
     }
     PyBuffer_Release(&buf);
-    PyObject *out = PyList_New(0);
-    for (Py_ssize_t k = 0; out && k < n; k++) {
-        if (!found[k]) continue;
-        PyObject *v = PyLong_FromSsize_t(k);
-        if (v == NULL || PyList_Append(out, v) < 0) Py_CLEAR(out);
-        Py_XDECREF(v);
-    }
+    PyObject *out = flagged_indexes(found, n);
     PyMem_Free(found);
     return out;
 }
@@ -769,34 +769,23 @@ static PyMethodDef native_functions[] = {
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_native",
-    .m_doc = "Compiled scorer for prompt_guard: the classifier's n-gram table and the rule matcher.",
+    .m_doc = "Compiled scorer for prompt_guard: the classifier's n-gram table, the rule matcher, the literal finder.",
     .m_size = -1,
     .m_methods = native_functions,
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&NgramTableType) < 0 || PyType_Ready(&RuleMatcherType) < 0 ||
-        PyType_Ready(&LiteralFinderType) < 0)
-        return NULL;
+    struct {
+        const char *name;
+        PyTypeObject *type;
+    } types[] = {{"NgramTable", &NgramTableType}, {"RuleMatcher", &RuleMatcherType}, {"LiteralFinder", &LiteralFinderType}};
     PyObject *m = PyModule_Create(&native_module);
     if (m == NULL) return NULL;
-    Py_INCREF(&NgramTableType);
-    if (PyModule_AddObject(m, "NgramTable", (PyObject *)&NgramTableType) < 0) {
-        Py_DECREF(&NgramTableType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&RuleMatcherType);
-    if (PyModule_AddObject(m, "RuleMatcher", (PyObject *)&RuleMatcherType) < 0) {
-        Py_DECREF(&RuleMatcherType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&LiteralFinderType);
-    if (PyModule_AddObject(m, "LiteralFinder", (PyObject *)&LiteralFinderType) < 0) {
-        Py_DECREF(&LiteralFinderType);
-        Py_DECREF(m);
-        return NULL;
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        if (PyType_Ready(types[i].type) < 0 || PyModule_AddObjectRef(m, types[i].name, (PyObject *)types[i].type) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
     }
     return m;
 }
