@@ -71,6 +71,11 @@ class Chain:
         caps = [p.max_tool_calls for p in plugins if p.max_tool_calls is not None]
         self.max_tool_calls: int = min(caps) if caps else 10
 
+    @property
+    def offers_tools(self) -> bool:
+        """True when a plugin of the chain provides tools (its class implements `tools`)."""
+        return any(type(p).tools is not Plugin.tools for p in self.plugins)
+
     async def start(self, env: PluginEnv) -> None:
         for plugin in self.plugins:
             await plugin.start(env)

@@ -115,7 +115,7 @@ class ChatHandler:
         try:
             async with asyncio.timeout(_remaining(ctx)):
                 upstream_body, table = await self._prepare(route, ctx, body)
-                io = self._turn_io(route, ctx, table)
+                io = self._turn_io(route, ctx, table, frozenset(_client_tool_names(body)))
                 if body.get("stream"):
                     client_usage = bool((body.get("stream_options") or {}).get("include_usage"))
                     response = await self._stream(route, ctx, upstream_body, io, client_usage, started)
@@ -156,7 +156,7 @@ class ChatHandler:
             upstream_body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         return upstream_body, table
 
-    def _turn_io(self, route: Route, ctx: PluginContext, table: dict[str, GatewayTool]) -> TurnIO:
+    def _turn_io(self, route: Route, ctx: PluginContext, table: dict[str, GatewayTool], client_tools: frozenset[str]) -> TurnIO:
         metrics = self.gw.metrics.upstream_calls
         name = route.upstream.name
 
@@ -181,7 +181,8 @@ class ChatHandler:
         async def call_tool(exposed: str, arguments: str) -> str:
             return await route.chain.call_tool(ctx, table[exposed], arguments)
 
-        return TurnIO(complete, stream, call_tool, frozenset(table), route.chain.max_tool_calls)
+        return TurnIO(complete, stream, call_tool, frozenset(table), route.chain.max_tool_calls,
+                      client_tools, route.chain.offers_tools)
 
     async def _stream(
         self, route: Route, ctx: PluginContext, upstream_body: dict[str, Any], io: TurnIO, include_usage: bool, started: float

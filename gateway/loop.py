@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CAP_MESSAGE = "not executed: the gateway's limit of consecutive tool calls was reached"
+UNKNOWN_TOOL = "the tool failed: no tool named {name!r} is offered here"
+"""What the model reads for a call to a name that is neither a gateway tool nor the client's (B3)."""
 
 
 @dataclass
@@ -33,6 +35,12 @@ class TurnIO:
     """(exposed tool name, JSON arguments) → the text the model reads."""
     gateway_tools: frozenset[str]
     max_tool_calls: int
+    client_tools: frozenset[str] = frozenset()
+    """The names the client sent in `tools`: calls to them go back to the client (G7)."""
+    answers_unknown: bool = False
+    """True on a route that runs tools: a call to any other name (a tool outside a filter, one
+    this request could not list, a made-up one) is answered with `UNKNOWN_TOOL`, not run and not
+    handed to the client (B3). A route without tool plugins passes the model's calls through."""
 
 
 @dataclass
@@ -85,9 +93,14 @@ def normalise_calls(calls: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _split_calls(calls: list[dict[str, Any]], gateway: frozenset[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    mine = [c for c in calls if c["function"]["name"] in gateway]
-    theirs = [c for c in calls if c["function"]["name"] not in gateway]
+def _split_calls(calls: list[dict[str, Any]], io: TurnIO) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the calls the gateway answers, the client's calls)."""
+
+    def ours(name: str) -> bool:
+        return name in io.gateway_tools or (io.answers_unknown and name not in io.client_tools)
+
+    mine = [c for c in calls if ours(c["function"]["name"])]
+    theirs = [c for c in calls if not ours(c["function"]["name"])]
     return mine, theirs
 
 
@@ -98,7 +111,10 @@ async def _run_round(io: TurnIO, stats: LoopStats, messages: list[dict[str, Any]
     run, refused = calls[:remaining], calls[remaining:]
 
     async def one(call: dict[str, Any]) -> str:
-        return await io.call_tool(call["function"]["name"], call["function"]["arguments"] or "{}")
+        name = call["function"]["name"]
+        if name not in io.gateway_tools:
+            return UNKNOWN_TOOL.format(name=name[:64])
+        return await io.call_tool(name, call["function"]["arguments"] or "{}")
 
     results: list[str] = []
     if run:
@@ -133,7 +149,7 @@ async def run_completion(body: dict[str, Any], io: TurnIO) -> tuple[dict[str, An
         stats.add_usage(response.get("usage"))
         choice = response["choices"][0]
         message = choice["message"]
-        mine, theirs = _split_calls(normalise_calls(message.get("tool_calls")), io.gateway_tools)
+        mine, theirs = _split_calls(normalise_calls(message.get("tool_calls")), io)
         if theirs:  # G7: the client's own tool calls end the loop and go back to the client
             message["tool_calls"] = theirs
             choice["finish_reason"] = "tool_calls"
@@ -211,7 +227,7 @@ async def run_stream(body: dict[str, Any], io: TurnIO, include_usage: bool) -> A
             if out:
                 yield out
         stats.rounds += 1
-        mine, theirs = _split_calls(acc.tool_calls(), io.gateway_tools)
+        mine, theirs = _split_calls(acc.tool_calls(), io)
         if mine and not theirs and not stats.cap_reached:
             await _run_round(io, stats, messages, acc.message(), mine)
             continue

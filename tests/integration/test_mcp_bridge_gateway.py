@@ -134,6 +134,37 @@ def test_tools_outside_the_filter_are_never_offered_to_the_model(
     assert [t["function"]["name"] for t in upstream.requests[0]["tools"]] == ["count", "echo"]
 
 
+# R: B3, G7
+def test_a_model_call_to_a_tool_outside_the_filter_is_answered_with_an_error_and_not_run(
+    upstream: ScriptedUpstream, state: McpServerState, mcp_server: ServerThread
+) -> None:
+    config = simple_config(upstream.url, [bridge(mcp_server.url + "/mcp", toolFilter=["count", "echo"])], auth=KEYS)
+    upstream.push(Reply(tool_calls=[("secret_tool", {}), ("count", {})]), Reply(content="answered without it"))
+    with running_gateway(config) as gw:
+        response = ask(gw)
+    assert response.choices[0].message.content == "answered without it"
+    assert response.choices[0].message.tool_calls is None  # not handed to the client either
+    results = [m["content"] for m in upstream.requests[1]["messages"] if m["role"] == "tool"]
+    assert results[0] == "the tool failed: no tool named 'secret_tool' is offered here"
+    assert results[1].startswith("session ")
+    assert "secret_tool" not in state.calls and state.calls["count"] == 1
+
+
+# R: G7
+def test_with_a_tool_plugin_only_the_clients_own_tools_go_back_to_the_client(
+    upstream: ScriptedUpstream, mcp_server: ServerThread
+) -> None:
+    config = simple_config(upstream.url, [bridge(mcp_server.url + "/mcp")], auth=KEYS)
+    lookup = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    upstream.push(Reply(tool_calls=[("made_up", {})]), Reply(tool_calls=[("lookup", {"q": 1})]))
+    with running_gateway(config) as gw:
+        response = client(gw, ALICE_KEY).chat.completions.create(
+            model="assistant", messages=[{"role": "user", "content": "hi"}], tools=[lookup])
+    assert [c.function.name for c in response.choices[0].message.tool_calls] == ["lookup"]
+    assert response.choices[0].finish_reason == "tool_calls"
+    assert tool_message(upstream, 1) == "the tool failed: no tool named 'made_up' is offered here"
+
+
 # R: B13
 def test_a_stopped_server_yields_the_tool_failed_and_a_normal_answer(upstream: ScriptedUpstream) -> None:
     server = HttpSubprocess("--legacy-only")
