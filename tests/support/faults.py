@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import json
 import os
 import select
 import socket
@@ -33,11 +32,10 @@ import anyio
 import httpx2
 import mcp_types as types
 from mcp.server import Server
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.http_server import ServerThread
-from tests.support.mcp_servers import PNG, McpServerState
+from tests.support.mcp_servers import PNG, McpServerState, recording_app
 
 WAV = b"RIFF" + b"\x00" * 28
 """32 bytes that say audio/wav."""
@@ -119,68 +117,12 @@ def _text(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
 
-def _json_error(status: int, code: int, message: str) -> tuple[dict[str, Any], bytes]:
-    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
-    return {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}, body
-
-
 def fault_app(state: FaultState, *, json_response: bool = False) -> Any:
     """The fault server at `/mcp`, 2025-11-25 sessions only (the 2026 probe is refused), recording
-    sessions in `state`; `state.kill(id)` (or `end_every_session`) makes the server answer 404, and a
-    session answered 404 counts as killed (ended by the server)."""
+    sessions in `state` (`mcp_servers.recording_app`): `state.kill(id)` (or `end_every_session`)
+    makes the server answer 404, and a session answered 404 counts as killed (ended by the server)."""
     inner = build_fault_server(state).streamable_http_app(json_response=json_response)
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await inner(scope, receive, send)
-            return
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        session = headers.get("mcp-session-id")
-        version = headers.get("mcp-protocol-version")
-        refuse: tuple[int, int, str] | None = None
-        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
-            refuse = (400, -32601, "Method not found")
-        elif session is not None and (session in state.killed or state.end_every_session):
-            state.kill(session)  # ended by the server, whichever way: not the client's leftover
-            refuse = (404, -32600, "Session not found")
-        if refuse is not None:
-            start, body = _json_error(*refuse)
-            await send(start)
-            await send({"type": "http.response.body", "body": body})
-            return
-
-        async def watch(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start" and message["status"] < 400:
-                minted = dict(message.get("headers", [])).get(b"mcp-session-id")
-                if minted is not None and session is None:
-                    state.note(lambda: state.opened.append(minted.decode()))
-                if scope["method"] == "DELETE" and session is not None:
-                    state.note(lambda: state.deleted.append(session))
-            await send(message)
-
-        body = bytearray()
-
-        async def read() -> dict[str, Any]:
-            message = await receive()
-            if message["type"] == "http.request":
-                body.extend(message.get("body", b""))
-                if not message.get("more_body") and body:
-                    _record_methods(state, bytes(body))
-            return message
-
-        await inner(scope, read, watch)
-
-    return app
-
-
-def _record_methods(state: FaultState, body: bytes) -> None:
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        return
-    items = payload if isinstance(payload, list) else [payload]
-    names = [item["method"] for item in items if isinstance(item, dict) and isinstance(item.get("method"), str)]
-    state.note(lambda: state.methods.update(names))
+    return recording_app(state, inner, legacy_only=True)
 
 
 # -- servers on chosen ports and in child processes -------------------------------------------

@@ -203,6 +203,14 @@ def http_app(
     inner = server.streamable_http_app(
         stateless_http=stateless, session_idle_timeout=session_idle_timeout, json_response=json_response
     )
+    return recording_app(state, inner, legacy_only=legacy_only)
+
+
+def recording_app(state: McpServerState, inner: Any, *, legacy_only: bool = False) -> Any:
+    """Wrap an SDK streamable-HTTP app so that `state` records what reaches it: sessions opened,
+    deleted and ended by the server (`state.kill`, `end_every_session`: later requests get 404 and
+    the session counts as killed), methods, credentials (checked against the canary). With
+    `legacy_only` the 2026 protocol probe is refused, so clients open 2025-11-25 sessions."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -220,6 +228,7 @@ def http_app(
         if legacy_only and version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
             refuse = (400, -32601, "Method not found")
         elif session is not None and (session in state.killed or state.end_every_session):
+            state.kill(session)  # ended by the server, whichever way: not the client's leftover
             refuse = (404, -32600, "Session not found")
         if refuse is not None:
             start, body = _json_error(*refuse)
