@@ -44,10 +44,7 @@ class OpenAICompatUpstream:
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         payload = json.dumps(body).encode()
         try:
-            try:
-                response = await self._post(payload)
-            except UNANSWERED:
-                response = await self._post(payload)
+            response = await self._send(payload, stream=False)
         except httpx2.HTTPError as exc:
             raise self._transport_error(exc) from None
         if response.status_code >= 400:
@@ -58,21 +55,19 @@ class OpenAICompatUpstream:
             raise UpstreamError(f"upstream '{self.name}' returned a body that is not JSON") from None
         return check_completion(self.name, data)
 
-    async def _post(self, payload: bytes) -> httpx2.Response:
-        return await self._http.post(self._url, content=payload, headers=self._headers, timeout=self._timeout)
-
-    async def _open_stream(self, payload: bytes) -> httpx2.Response:
+    async def _send(self, payload: bytes, *, stream: bool) -> httpx2.Response:
+        """POST `payload`; once more if the connection failed before any response (`UNANSWERED`)."""
         request = self._http.build_request("POST", self._url, content=payload, headers=self._headers, timeout=self._timeout)
         try:
-            return await self._http.send(request, stream=True)
+            return await self._http.send(request, stream=stream)
         except UNANSWERED:
-            return await self._http.send(request, stream=True)
+            return await self._http.send(request, stream=stream)
 
     async def stream(self, body: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
         payload = json.dumps(body).encode()
         done = False
         try:
-            response = await self._open_stream(payload)
+            response = await self._send(payload, stream=True)
         except httpx2.HTTPError as exc:
             raise self._transport_error(exc) from None
         try:
