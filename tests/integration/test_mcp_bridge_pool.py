@@ -24,6 +24,10 @@ def sessionful(state: McpServerState) -> Iterator[ServerThread]:
         yield server
 
 
+SCALE_CONVERSATIONS = 120
+"""More open sessions than an HTTP client's default connection limit (100)."""
+
+
 async def wait(state: McpServerState, predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
     """Wait, off the event loop, until the server's state satisfies `predicate` (deadline `timeout`)."""
     return await asyncio.to_thread(state.wait_for, predicate, timeout)
@@ -236,3 +240,24 @@ async def test_a_session_with_a_call_in_flight_is_not_closed_before_its_idle_lif
         assert state.deleted == []
         assert await wait(state, lambda: state.deleted == state.opened)
     assert slow.text == "slow done"
+
+
+# More open sessions than an HTTP client's default connection limit: each open session of a session-ful
+# server keeps one connection for its event stream while it lives, so a limit of 100 (httpx's
+# default) made the 101st conversation wait until `timeoutSeconds` and fail (found by bench/load.py).
+# R: B14, B17
+async def test_more_open_sessions_than_a_default_connection_limit_all_work_and_all_close(
+    state: McpServerState, sessionful: ServerThread
+) -> None:
+    async with running_bridge(endpoint=sessionful.url + "/mcp", timeoutSeconds=20,
+                              sessionIdleSeconds=60) as (bridge, registry):
+        first = await asyncio.gather(*(bridge.call_tool(context(f"conv-{i}"), "count", {}) for i in range(SCALE_CONVERSATIONS)))
+        assert [r.text.endswith(" call 1") for r in first] == [True] * SCALE_CONVERSATIONS
+        assert len(state.live_sessions) == SCALE_CONVERSATIONS
+        # Every session is still usable while all of them are open: the second turn reuses it.
+        second = await asyncio.gather(*(bridge.call_tool(context(f"conv-{i}", "r2"), "count", {}) for i in range(SCALE_CONVERSATIONS)))
+        assert [r.text.endswith(" call 2") for r in second] == [True] * SCALE_CONVERSATIONS
+        assert metric(registry, "toolgate_mcp_sessions_open", server="docs") == SCALE_CONVERSATIONS
+    # Stopping the plugin closes every session on the server (DELETE got through for each).
+    assert await asyncio.to_thread(state.wait_for, lambda: not state.live_sessions, 20.0)
+    assert len(state.opened) == SCALE_CONVERSATIONS
