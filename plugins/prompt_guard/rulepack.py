@@ -151,9 +151,9 @@ class LiteralSearch:
 
     def __init__(self, literals: Iterable[str], native: bool = True) -> None:
         self.literals = sorted(set(literals))
-        self._regex = re.compile(literal_pattern(self.literals))
         encoded = [lit.encode("utf-8", "surrogatepass") for lit in self.literals]
         self._finder = LiteralFinder(encoded) if native and LiteralFinder is not None and all(encoded) else None
+        self._regex = re.compile(literal_pattern(self.literals)) if self._finder is None else None
 
     @property
     def backend(self) -> str:
@@ -162,10 +162,10 @@ class LiteralSearch:
 
     def find(self, norm: str, data: bytes | None = None) -> set[str]:
         """The literals found in `norm` (`data`: the same text as UTF-8, when the caller has it)."""
-        if self._finder is None:
-            return set(self._regex.findall(norm))
-        found = self._finder.find(norm.encode("utf-8", "surrogatepass") if data is None else data)
-        return {self.literals[i] for i in found}
+        if self._finder is not None:
+            found = self._finder.find(norm.encode("utf-8", "surrogatepass") if data is None else data)
+            return {self.literals[i] for i in found}
+        return set(self._regex.findall(norm))  # type: ignore[union-attr]  # built when there is no finder
 
 
 class RulePack:
