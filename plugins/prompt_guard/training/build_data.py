@@ -44,6 +44,9 @@ PY313 = "/root/.pyenv/versions/3.13.0/lib/python3.13"
 RUST = "/root/.rustup/toolchains/stable-x86_64-unknown-linux-gnu/share/doc/rust/html"
 VENV = "/work/venv/lib/python3.11/site-packages"
 GCLOUD = "/usr/lib/google-cloud-sdk/lib"
+HELDOUT_PACKAGES = ("mcp", "mcp_types", "pydantic_ai", "fastmcp")
+"""Packages whose docs and code are held-out technical text (round 4, `bench/data/guard_heldout_techdocs.jsonl`):
+their files are left out of the site-packages training documents."""
 RUST_TRAIN_BOOKS = ("cargo", "edition-guide", "embedded-book", "nomicon", "reference", "rustc", "clippy")
 """Rust toolchain books used for training; `book` and `rust-by-example` are held out."""
 
@@ -119,13 +122,21 @@ def insert(doc: str, injection: str, wrappers: list[str], rng: random.Random) ->
     return doc[:at] + piece + doc[at:], [at, at + len(piece)]
 
 
+def _venv(pattern: str) -> list[str]:
+    """Sorted site-packages paths matching `pattern`, without the held-out packages' files."""
+    def package(path: str) -> str:  # "mcp/client/x.py" -> "mcp", "mcp-2.3.0.dist-info/METADATA" -> "mcp"
+        return path[len(VENV) + 1 :].split("/")[0].split("-")[0]
+
+    return sorted(p for p in glob.glob(f"{VENV}/{pattern}", recursive=True) if package(p) not in HELDOUT_PACKAGES)
+
+
 def documents(split: str, rng: random.Random) -> list[tuple[str, str, str]]:
     """(source, kind, text) benign documents of one split."""
     docs: list[tuple[str, str, str]] = []
     if split == "train":
-        for p in sorted(glob.glob(f"{VENV}/**/*.py", recursive=True))[::3][:2500]:
+        for p in _venv("**/*.py")[::3][:2500]:
             docs.append(("site-packages-code", "code", read(p)))
-        for p in sorted(glob.glob(f"{VENV}/**/*.md", recursive=True) + glob.glob(f"{VENV}/**/*.rst", recursive=True)):
+        for p in sorted(_venv("**/*.md") + _venv("**/*.rst")):
             docs.append(("site-packages-docs", "file", read(p)))
         for p in sorted(glob.glob(f"{GCLOUD}/**/*.py", recursive=True))[::20][:900]:
             docs.append(("google-cloud-sdk-code", "code", read(p)))
@@ -142,9 +153,9 @@ def documents(split: str, rng: random.Random) -> list[tuple[str, str, str]]:
             docs.append(("man-pages", "file", roff_text(gzip.open(p, "rt", encoding="utf-8", errors="replace").read())))
         for p in sorted(glob.glob(f"{GCLOUD}/googlecloudsdk/**/*.yaml", recursive=True))[::3][:400]:
             docs.append(("google-cloud-sdk-yaml", "file", read(p)))
-        for p in sorted(glob.glob(f"{VENV}/**/*.py", recursive=True))[1::3][:1500]:
+        for p in _venv("**/*.py")[1::3][:1500]:
             docs.append(("site-packages-docstrings", "file", docstrings(read(p))))
-        for p in sorted(glob.glob(f"{VENV}/*.dist-info/METADATA")):
+        for p in _venv("*.dist-info/METADATA"):
             docs.append(("site-packages-readme", "file", read(p).split("\n\n", 1)[-1]))
         for p in sorted(glob.glob("/usr/lib/node_modules/npm/**/*.md", recursive=True))[:400]:
             docs.append(("npm-docs", "web", read(p)))

