@@ -37,6 +37,27 @@ class DetectorToggles(_Strict):
     rules: bool = True
     heuristics: bool = True
     classifier: bool = True
+    """the word n-gram model (`classifier`) and an operator's `onnx_model` (`classifier.onnx`)"""
+    neural: bool = True
+    """the shipped neural model (`classifier.neural`)"""
+
+
+class NeuralConfig(_Strict):
+    """The neural detector (P6): the model shipped in the package, or another one trained the same
+    way (`training/neural.py`). Relative paths are read from the YAML config's folder."""
+
+    model_dir: str | None = Field(
+        default=None, description="folder with model.onnx, tokenizer.json and model.json; default: the shipped model"
+    )
+    max_windows: int = Field(
+        default=8, ge=1, le=64,
+        description="model windows (128 tokens each) read per item at most; longer items are read at their head, "
+        "tail and most suspicious parts",
+    )
+    threshold: float | None = Field(
+        default=None, gt=0, lt=1,
+        description="model probability that counts as a block on its own; default: the one chosen on validation data",
+    )
 
 
 class OnnxModelConfig(_Strict):
@@ -87,6 +108,7 @@ class PromptGuardConfig(_Strict):
     classifier_model: str | None = Field(
         default=None, description="path to a toolgate-guard-linear/1 JSON model replacing the shipped one"
     )
+    neural: NeuralConfig = Field(default_factory=NeuralConfig)
     onnx_model: OnnxModelConfig | None = Field(
         default=None, description="an optional ONNX classifier, one more piece of evidence ('classifier.onnx')"
     )

@@ -1,5 +1,5 @@
-"""Evaluation of a guard on labelled JSONL (P4): precision, recall, false-positive rate,
-breakdowns per `source` and `kind`, latency per KB, and the rules behind each miss and false
+"""Evaluation of a guard on labelled JSONL (P4, P7): precision, recall, false-positive rate,
+breakdowns per `source`, `kind` and `lang`, latency per KB, and the rules behind each miss and false
 alarm. Used by `toolgate guard eval` and by the benchmark/eval scripts.
 """
 
@@ -30,13 +30,14 @@ class Row:
     label: str
     source: str | None = None
     kind: str | None = None
+    lang: str | None = None
 
 
 def load_rows(path: str | Path) -> list[Row]:
-    """Read `{"text", "label", ["source"], ["kind"]}` rows; raise `EvalInputError` on bad input."""
+    """Read `{"text", "label", ["source"], ["kind"], ["lang"]}` rows; raise `EvalInputError` on bad input."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines: U+2028 may stand inside a row
     except OSError as exc:
         raise EvalInputError(f"{path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError:
@@ -53,9 +54,9 @@ def load_rows(path: str | Path) -> list[Row]:
             raise EvalInputError(f"{path}:{number}: expected an object with a string 'text'")
         if data.get("label") not in LABELS:
             raise EvalInputError(f"{path}:{number}: 'label' must be \"injection\" or \"benign\", got {data.get('label')!r}")
-        source, kind = data.get("source"), data.get("kind")
+        source, kind, lang = data.get("source"), data.get("kind"), data.get("lang")
         rows.append(Row(number, data["text"], data["label"], None if source is None else str(source),
-                        None if kind is None else str(kind)))
+                        None if kind is None else str(kind), None if lang is None else str(lang)))
     if not rows:
         raise EvalInputError(f"{path}: no rows")
     return rows
@@ -94,6 +95,7 @@ class Report:
     overall: Tally = field(default_factory=Tally)
     by_source: dict[str, Tally] = field(default_factory=dict)
     by_kind: dict[str, Tally] = field(default_factory=dict)
+    by_lang: dict[str, Tally] = field(default_factory=dict)
     predictions: list[Verdict] = field(default_factory=list)
     misses: list[dict[str, Any]] = field(default_factory=list)
     false_alarms: list[dict[str, Any]] = field(default_factory=list)
@@ -107,6 +109,7 @@ class Report:
             "latency_ms_per_kb": round(1000 * self.seconds / self.kilobytes, 4) if self.kilobytes else None,
             "by_source": {k: v.metrics() for k, v in sorted(self.by_source.items())},
             "by_kind": {k: v.metrics() for k, v in sorted(self.by_kind.items())},
+            "by_lang": {k: v.metrics() for k, v in sorted(self.by_lang.items())},
             "misses": self.misses,
             "false_alarms": self.false_alarms,
         }
@@ -126,6 +129,8 @@ def evaluate(guard: Guard, rows: Iterable[Row]) -> Report:
             report.by_source.setdefault(row.source, Tally()).add(row.label, verdict.blocked)
         if row.kind is not None:
             report.by_kind.setdefault(row.kind, Tally()).add(row.label, verdict.blocked)
+        if row.lang is not None:
+            report.by_lang.setdefault(row.lang, Tally()).add(row.label, verdict.blocked)
         if verdict.blocked != (row.label == "injection"):
             entry = {"line": row.line, "source": row.source, "kind": row.kind, "score": verdict.score,
                      "rules": list(verdict.rules)}
@@ -156,6 +161,8 @@ def format_report(report: Report, limit: int = 20) -> str:
     lines = _table("overall", {"all": report.overall})
     if report.by_kind:
         lines += [""] + _table("by kind", report.by_kind)
+    if report.by_lang:
+        lines += [""] + _table("by language", report.by_lang)
     if report.by_source:
         lines += [""] + _table("by source", report.by_source)
     lines.append("")

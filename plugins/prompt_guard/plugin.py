@@ -22,7 +22,7 @@ from plugins.prompt_guard.classifier import DEFAULT_MODEL, LinearModel
 from plugins.prompt_guard.config import PromptGuardConfig
 from plugins.prompt_guard.metrics import GuardMetrics, guard_metrics
 from plugins.prompt_guard.rulepack import DEFAULT_RULES, load_rules
-from plugins.prompt_guard.scanner import ONNX_ID, Guard, GuardSettings, Verdict
+from plugins.prompt_guard.scanner import NEURAL_ID, ONNX_ID, Guard, GuardSettings, Verdict
 
 log = logging.getLogger("toolgate.guard")
 
@@ -52,6 +52,12 @@ def build_guard(config: PromptGuardConfig, base_dir: Path | None = None, native:
     model = None
     if config.detectors.classifier:
         model = LinearModel.load(_path(config.classifier_model, DEFAULT_MODEL, base_dir), native)
+    neural = None
+    if config.detectors.neural and NEURAL_ID not in config.disabled_rules:
+        from plugins.prompt_guard.neural import DEFAULT_DIR, shared_detector
+
+        model_dir = _path(config.neural.model_dir, DEFAULT_DIR, base_dir).resolve()
+        neural = shared_detector(model_dir, config.neural.max_windows, config.neural.threshold)
     onnx = None
     spec = config.onnx_model
     if spec is not None and config.detectors.classifier and ONNX_ID not in config.disabled_rules:
@@ -67,8 +73,9 @@ def build_guard(config: PromptGuardConfig, base_dir: Path | None = None, native:
         rules=config.detectors.rules,
         heuristics=config.detectors.heuristics,
         classifier=config.detectors.classifier,
+        neural=config.detectors.neural,
     )
-    return Guard(rules, model, settings, config.disabled_rules, native, onnx)
+    return Guard(rules, model, settings, config.disabled_rules, native, onnx, neural)
 
 
 def message_text(content: Any) -> str:
@@ -111,10 +118,11 @@ class PromptGuardPlugin(Plugin):
             self._count("allow", item.kind)
             return
         started = time.perf_counter()
-        if len(item.text) > THREAD_SCAN_CHARS or self.guard.onnx is not None:
-            verdict = await asyncio.to_thread(self.guard.scan, item.text)
+        guard = self.guard
+        if len(item.text) > THREAD_SCAN_CHARS or guard.onnx is not None or guard.neural is not None:
+            verdict = await asyncio.to_thread(guard.scan, item.text)
         else:
-            verdict = self.guard.scan(item.text)
+            verdict = guard.scan(item.text)
         if self._metrics is not None:
             self._metrics.latency.labels(self.id).observe(time.perf_counter() - started)
         if not verdict.blocked:

@@ -8,9 +8,12 @@ head and its tail (half the cap each), never skipped; the normalised text is cut
 overlapping chunks that are scored one by one, and the best chunk stands for the text, so one
 injected paragraph is not diluted by a long benign document around it.
 
-An optional ONNX model (`onnx_backend`, id `classifier.onnx`) reads each scanned piece as
-written (it windows the text by its own tokens) and adds its probability to the piece's
-evidence; without one, nothing of it runs or is imported.
+The neural detector (`neural`, id `classifier.neural`, P6) reads each scanned piece by token
+windows: the whole piece when it fits its window budget, else the head, the tail and the parts
+the cheap detectors find most suspicious (the best chunks, narrowed to their best sub-blocks).
+An optional operator-supplied ONNX model (`onnx_backend`, id `classifier.onnx`) reads each
+scanned piece as written and adds its probability to the piece's evidence; without one,
+nothing of it runs or is imported.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ try:  # the optional compiled scorer (setup.py): rules and classifier in one pas
 except ImportError:  # pragma: no cover - depends on the install having had a C compiler
     native_scan = None
 
-if TYPE_CHECKING:  # the backend module is imported only when a model is configured
+if TYPE_CHECKING:  # the backend modules are imported only when a model is configured
+    from plugins.prompt_guard.neural import NeuralDetector
     from plugins.prompt_guard.onnx_backend import OnnxClassifier
 
 HEURISTIC_IDS = frozenset({
@@ -40,6 +44,11 @@ HEURISTIC_IDS = frozenset({
 })
 CLASSIFIER_ID = "classifier"
 ONNX_ID = "classifier.onnx"
+NEURAL_ID = "classifier.neural"
+SUSPECT_CHUNKS = 3
+SUB_BLOCK = 512
+"""The neural model's extra windows come from the best `SUSPECT_CHUNKS` chunks, narrowed to
+their best sub-blocks of this many characters."""
 CHUNK_CHARS = 4096
 CHUNK_OVERLAP = 512
 REPORT_FLOOR = 0.25
@@ -69,6 +78,7 @@ class GuardSettings:
     rules: bool = True
     heuristics: bool = True
     classifier: bool = True
+    neural: bool = True
 
 
 def combine(evidence: Iterable[Evidence]) -> float:
@@ -100,10 +110,11 @@ class Guard:
         disabled: Iterable[str] = (),
         native: bool = True,
         onnx: OnnxClassifier | None = None,
+        neural: NeuralDetector | None = None,
     ) -> None:
         rules = list(rules)
         self.disabled = frozenset(disabled)
-        known = {r.id for r in rules} | HEURISTIC_IDS | {CLASSIFIER_ID, ONNX_ID}
+        known = {r.id for r in rules} | HEURISTIC_IDS | {CLASSIFIER_ID, ONNX_ID, NEURAL_ID}
         unknown = sorted(self.disabled - known)
         if unknown:
             raise RulePackError(f"disabled_rules names unknown ids: {', '.join(unknown)}")
@@ -111,6 +122,7 @@ class Guard:
         self.model = model
         self.settings = settings
         self.onnx = onnx if settings.classifier and ONNX_ID not in self.disabled else None
+        self.neural = neural if settings.neural and NEURAL_ID not in self.disabled else None
         markers = self.pack.literals | set(heuristics.CHAT_TOKENS) | set(heuristics.ROLE_LINES)
         self._literals = LiteralSearch(markers, native)
         table = model.native_table if model is not None else None
@@ -157,12 +169,32 @@ class Guard:
             found.append(Evidence(ONNX_ID, self.onnx.evidence(raw)))
         best: list[Evidence] = []
         best_score = 0.0
-        for chunk in chunks(norm):
+        scored: list[tuple[float, int]] = []
+        step = CHUNK_CHARS - CHUNK_OVERLAP
+        for index, chunk in enumerate(chunks(norm)):
             evidence = self._scan_chunk(chunk)
             score = combine(evidence)
+            scored.append((score, index * step))
             if score > best_score:
                 best, best_score = evidence, score
+        if self.neural is not None and depth == 0:
+            spans = self._suspect_spans(raw, norm, scored) if len(raw) > SUB_BLOCK * 2 else []
+            found.append(Evidence(NEURAL_ID, self.neural.evidence(self.neural.probability(raw, spans))))
         return [e for e in found + best if e.id not in self.disabled]
+
+    def _suspect_spans(self, raw: str, norm: str, scored: list[tuple[float, int]]) -> list[tuple[int, int]]:
+        """Raw-text ranges the neural model should read first: the sub-blocks of the best chunks
+        with the highest cheap scores (normalised offsets scaled to the raw text)."""
+        ratio = len(raw) / max(1, len(norm))
+        blocks: list[tuple[float, int]] = []
+        for _, start in sorted(scored, reverse=True)[:SUSPECT_CHUNKS]:
+            for at in range(start, min(start + CHUNK_CHARS, len(norm)), SUB_BLOCK):
+                piece = norm[at : at + SUB_BLOCK]
+                if piece.strip():
+                    blocks.append((combine(self._scan_chunk(piece)), at))
+        blocks.sort(key=lambda b: (-b[0], b[1]))
+        margin = SUB_BLOCK // 4
+        return [(int(max(0, at - margin) * ratio), int((at + SUB_BLOCK + margin) * ratio)) for _, at in blocks]
 
     def _scan_chunk(self, norm: str) -> list[Evidence]:
         found: list[Evidence] = []

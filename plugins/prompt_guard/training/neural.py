@@ -6,6 +6,7 @@ CPU build, transformers, the base-model package):
     python -m plugins.prompt_guard.training.neural prepare --data train.jsonl --data train_round4.jsonl --work W
     python -m plugins.prompt_guard.training.neural train --work W --steps 1600
     python -m plugins.prompt_guard.training.neural export --work W --out plugins/prompt_guard/model/neural
+    python -m plugins.prompt_guard.training.neural calibrate --work W --out plugins/prompt_guard/model/neural
 
 `prepare` turns labelled rows into token windows of the size the runtime reads
 (`neural.WINDOW_TOKENS`): the window of an injected document holds its injected span (rows
@@ -221,7 +222,7 @@ def train(work: Path, steps: int, batch: int, lr: float, freeze: int, every: int
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
-        running += float(loss)
+        running += float(loss.detach())
         correct += int(((logits > 0).float() == target).sum())
         seen += batch
         if (step + 1) % 20 == 0:
@@ -268,6 +269,34 @@ def export(work: Path, out: Path) -> None:
     print(f"{out / 'model.onnx'}: {(out / 'model.onnx').stat().st_size / 1e6:.1f} MB")
 
 
+def calibrate(work: Path, out: Path, max_fpr: float) -> None:
+    """Choose the model's threshold on the validation rows (never on held-out data): the lowest
+    probability at which at most `max_fpr` of the benign tool-output-like rows would be blocked
+    by the model alone, read the way the runtime reads them (`NeuralDetector.probability`)."""
+    from plugins.prompt_guard.neural import NeuralDetector
+
+    detector = NeuralDetector.load(out, threshold=0.5)
+    scored: list[tuple[float, int, str]] = []
+    for line in (work / "validation.jsonl").open(encoding="utf-8"):
+        row = json.loads(line)
+        scored.append((detector.probability(row["text"]), int(row["label"] == "injection"), row["kind"]))
+    benign = sorted((p for p, y, kind in scored if y == 0 and kind != "prompt"), reverse=True)
+    allowed = int(max_fpr * len(benign))
+    threshold = min(0.99, max(0.5, benign[allowed] + 1e-6 if allowed < len(benign) else 0.5))
+    for name, rows in (("tool output", [r for r in scored if r[2] != "prompt"]), ("prompts", [r for r in scored if r[2] == "prompt"])):
+        pos = [p for p, y, _ in rows if y == 1]
+        neg = [p for p, y, _ in rows if y == 0]
+        recall = sum(p >= threshold for p in pos) / max(1, len(pos))
+        fpr = sum(p >= threshold for p in neg) / max(1, len(neg))
+        print(f"validation {name}: {len(pos)} injection, {len(neg)} benign: recall {recall:.3f}, FPR {fpr:.4f}")
+    card_path = out / "model.json"
+    card = json.loads(card_path.read_text())
+    card["threshold"] = round(threshold, 6)
+    card["threshold_rule"] = f"validation split: benign tool-output FPR <= {max_fpr} for the model alone"
+    card_path.write_text(json.dumps(card, indent=1) + "\n")
+    print(f"threshold {threshold:.4f} -> {card_path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -285,13 +314,19 @@ def main() -> None:
     e = sub.add_parser("export")
     e.add_argument("--work", type=Path, required=True)
     e.add_argument("--out", type=Path, required=True)
+    c = sub.add_parser("calibrate")
+    c.add_argument("--work", type=Path, required=True)
+    c.add_argument("--out", type=Path, required=True)
+    c.add_argument("--max-fpr", type=float, default=0.005)
     args = parser.parse_args()
     if args.cmd == "prepare":
         prepare(args.data, args.work)
     elif args.cmd == "train":
         train(args.work, args.steps, args.batch, args.lr, args.freeze, args.every, args.threads)
-    else:
+    elif args.cmd == "export":
         export(args.work, args.out)
+    else:
+        calibrate(args.work, args.out, args.max_fpr)
 
 
 if __name__ == "__main__":

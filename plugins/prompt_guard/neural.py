@@ -1,0 +1,198 @@
+"""The neural detector (P6): a fine-tuned MiniLM encoder, int8 ONNX, shipped in the package.
+
+The model (`model/neural/`: `model.onnx`, `tokenizer.json`, `model.json`) is trained by
+`training/neural.py` and read once per process at start-up with `onnxruntime` and `tokenizers`;
+no torch and no network at run time. `model.json` records the sha256 of both files: a missing,
+corrupt or mismatched file stops start-up with a message naming it; the guard never falls back
+to allowing.
+
+It reads text in windows of `WINDOW_TOKENS` tokens. A text that fits in `max_windows` windows
+is read whole; a longer one is read where the cheap detectors point (`select_spans`): its head,
+its tail and its most suspicious chunks, up to `max_windows` windows, so a 1 MB tool result
+costs a bounded time. The text's evidence is the highest window probability, shifted so that
+the threshold chosen on validation data maps to 0.5 (`evidence`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from plugins.prompt_guard.classifier import ModelError
+from plugins.prompt_guard.normalize import _CONFUSABLES, TAG_FIRST, TAG_LAST, ZERO_WIDTH
+
+WINDOW_TOKENS = 128
+"""Tokens per window, [CLS] and [SEP] included (what the model was trained on)."""
+OVERLAP_TOKENS = 16
+DEFAULT_DIR = Path(__file__).parent / "model" / "neural"
+FORMAT = "toolgate-guard-neural/1"
+_INVISIBLE = dict.fromkeys([*ZERO_WIDTH, *range(TAG_FIRST, TAG_LAST + 1)])
+_CONFUSABLE_TABLE = {ord(k): v for k, v in _CONFUSABLES.items()}
+_WORD = re.compile(r"\w+")
+_LATIN = re.compile("[a-zA-Z]")
+
+
+class NeuralModelError(ModelError):
+    """The shipped (or configured) neural model cannot be used; start-up stops with this."""
+
+
+def _unmix(match: re.Match[str]) -> str:
+    word = match.group()
+    if word.isascii() or not _LATIN.search(word):
+        return word
+    return word.translate(_CONFUSABLE_TABLE)
+
+
+def model_text(raw: str) -> str:
+    """The text the model reads: NFKC, without invisible and tag characters, and with look-alike
+    letters folded to Latin inside words that mix them with Latin letters ("іgnоrе" with
+    Cyrillic і, о, е), while words wholly in another script (Ukrainian, Greek) stay as written."""
+    if raw.isascii():
+        return raw
+    text = unicodedata.normalize("NFKC", raw.translate(_INVISIBLE))
+    return _WORD.sub(_unmix, text)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One model input: token ids with [CLS]/[SEP], and where it starts in the scanned text."""
+
+    ids: tuple[int, ...]
+    start: int
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class NeuralDetector:
+    """`probability(text, spans)` → the highest injection probability over the windows read."""
+
+    def __init__(self, session: Any, tokenizer: Any, threshold: float, max_windows: int, source: str) -> None:
+        import numpy
+
+        self._np = numpy
+        self.session = session
+        self.tokenizer = tokenizer
+        self.threshold = threshold
+        self.max_windows = max_windows
+        self.source = source
+        self._cls = tokenizer.token_to_id("[CLS]")
+        self._sep = tokenizer.token_to_id("[SEP]")
+        if self._cls is None or self._sep is None:
+            raise NeuralModelError(f"{source}: the tokenizer has no [CLS]/[SEP] tokens; it is not the model's tokenizer")
+        names = sorted(i.name for i in session.get_inputs())
+        if names != ["attention_mask", "input_ids"]:
+            raise NeuralModelError(f"{source}: model inputs {names}; expected attention_mask and input_ids")
+        self._bias = math.log(threshold / (1.0 - threshold))
+
+    @classmethod
+    def load(cls, directory: Path = DEFAULT_DIR, max_windows: int = 8, threshold: float | None = None) -> "NeuralDetector":
+        """Read `model.json`, check both files against their recorded sha256, load them."""
+        card_path = directory / "model.json"
+        try:
+            card = json.loads(card_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise NeuralModelError(f"{card_path}: neural model description not found (the package is incomplete)") from None
+        except (OSError, ValueError) as exc:
+            raise NeuralModelError(f"{card_path}: not a readable model description: {exc}") from None
+        if not isinstance(card, dict) or card.get("format") != FORMAT or card.get("window_tokens") != WINDOW_TOKENS:
+            raise NeuralModelError(f"{card_path}: expected format {FORMAT!r} with window_tokens {WINDOW_TOKENS}")
+        files = card.get("files") or {}
+        for name in ("model.onnx", "tokenizer.json"):
+            path = directory / name
+            if not path.is_file():
+                raise NeuralModelError(f"{path}: neural model file not found")
+            if files.get(name) != _sha256(path):
+                raise NeuralModelError(f"{path}: sha256 differs from the one in {card_path.name}: the file is corrupt "
+                                       "or does not belong to this model")
+        try:
+            import onnxruntime
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise NeuralModelError(f"the neural detector needs onnxruntime and tokenizers, dependencies of toolgate "
+                                   f"that cannot be imported ({exc}); reinstall toolgate") from None
+        try:
+            tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        except Exception as exc:  # tokenizers raises its own exception type
+            raise NeuralModelError(f"{directory / 'tokenizer.json'}: not a Hugging Face tokenizer.json: {exc}") from None
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        try:
+            session = onnxruntime.InferenceSession(str(directory / "model.onnx"), options,
+                                                   providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise NeuralModelError(f"{directory / 'model.onnx'}: cannot load the ONNX model: {exc}") from None
+        chosen = threshold if threshold is not None else card.get("threshold")
+        if not isinstance(chosen, (int, float)) or not 0.0 < chosen < 1.0:
+            raise NeuralModelError(f"{card_path}: no threshold in (0, 1) recorded for the model")
+        return cls(session, tokenizer, float(chosen), max_windows, str(directory))
+
+    def windows(self, text: str, limit: int) -> list[Window]:
+        """Up to `limit` overlapping windows from the start of `text`."""
+        content = WINDOW_TOKENS - 2
+        enc = self.tokenizer.encode(text, add_special_tokens=False)
+        ids, offsets = enc.ids, enc.offsets
+        out: list[Window] = []
+        step = content - OVERLAP_TOKENS
+        start = 0
+        while len(out) < limit:
+            piece = ids[start : start + content]
+            out.append(Window((self._cls, *piece, self._sep), offsets[start][0] if piece else 0))
+            if start + content >= len(ids):
+                break
+            start += step
+        return out
+
+    def probabilities(self, windows: Sequence[Window]) -> list[float]:
+        """The model's injection probability for each window (one batched run)."""
+        if not windows:
+            return []
+        np = self._np
+        width = max(len(w.ids) for w in windows)
+        ids = np.zeros((len(windows), width), dtype=np.int64)
+        for row, w in enumerate(windows):
+            ids[row, : len(w.ids)] = w.ids
+        logits = self.session.run(["logits"], {"input_ids": ids, "attention_mask": (ids != 0).astype(np.int64)})[0]
+        return [1.0 / (1.0 + math.exp(-max(min(float(z), 60.0), -60.0))) for z in logits[:, 0]]
+
+    def probability(self, raw: str, spans: Sequence[tuple[int, int]] = ()) -> float:
+        """The highest window probability: the whole text when it fits the window budget, else
+        its head, its tail and then `spans` (raw-text ranges, most suspicious first)."""
+        budget = self.max_windows
+        head_chars = budget * WINDOW_TOKENS * 6  # more characters than `budget` windows can hold
+        pieces = self.windows(model_text(raw[:head_chars]), budget + 1)
+        if len(pieces) > budget or len(raw) > head_chars:
+            chosen = [pieces[0], *self.windows(model_text(raw[-WINDOW_TOKENS * 4 :]), 64)[-1:]]
+            for start, end in spans:
+                if len(chosen) >= budget:
+                    break
+                chosen += self.windows(model_text(raw[max(0, start) : end]), budget - len(chosen))
+            pieces = chosen[:budget]
+        pieces = [w for w in pieces if len(w.ids) > 2]
+        return max(self.probabilities(pieces), default=0.0)
+
+    def evidence(self, probability: float) -> float:
+        """`probability` shifted in logit space so that the model's threshold maps to 0.5."""
+        p = min(max(probability, 1e-9), 1 - 1e-9)
+        z = math.log(p / (1.0 - p)) - self._bias
+        return 1.0 / (1.0 + math.exp(-max(min(z, 60.0), -60.0)))
+
+
+@functools.lru_cache(maxsize=8)
+def shared_detector(directory: Path, max_windows: int, threshold: float | None) -> NeuralDetector:
+    """One loaded model per process and setting: every prompt_guard node (and every route)
+    that names the same model shares its ONNX session, which is safe to call from threads."""
+    return NeuralDetector.load(directory, max_windows, threshold)
