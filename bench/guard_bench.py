@@ -1,7 +1,9 @@
-"""prompt_guard benchmark: scan throughput and 4 KB latency on one core, plus the held-out
-evaluation, against a plain `str.lower()` + `in` keyword scan measured in the same run.
+"""prompt_guard benchmark: the shipped guard (neural detector on) against the previous scorer
+(the same guard with the neural detector off) and a plain `str.lower()` + `in` keyword scan,
+all in the same run: held-out accuracy per file, source and language, 4 KB latency, the time of
+a 1 MB document, and the model's load time; one core (onnxruntime runs single-threaded).
 
-    /work/venv/bin/python bench/guard_bench.py [--out bench/results/guard.md] [--quick]
+    .venv/bin/python bench/guard_bench.py [--out bench/results/guard.md] [--quick]
 
 Writes a Markdown table (with the date, `uname -m` and the CPU model) and prints it.
 """
@@ -25,13 +27,19 @@ ROOT = Path(__file__).resolve().parent
 HELDOUT = ROOT / "data" / "guard_heldout.jsonl"
 AGENTDOJO = ROOT / "data" / "guard_heldout_agentdojo.jsonl"
 """A second held-out set: AgentDojo's tool outputs with its attacks (see DATA.md)."""
+HELDOUT_FILES = {
+    "held-out (round 2)": HELDOUT,
+    "AgentDojo": AGENTDOJO,
+    "French/Ukrainian": ROOT / "data" / "guard_heldout_multilingual.jsonl",
+    "technical docs (LLM/MCP)": ROOT / "data" / "guard_heldout_techdocs.jsonl",
+    "red team (issue 15)": ROOT / "data" / "guard_heldout_redteam.jsonl",
+}
+"""Every held-out file (sources never seen in training or tuning; DATA.md), by report name."""
 KEYWORDS = [
     "ignore previous instructions", "ignore all previous", "disregard previous", "system prompt",
     "you are now", "developer mode", "jailbreak", "reveal your", "new instructions", "do anything now",
     "<|im_start|>", "[inst]", "forget your instructions", "override", "pwned", "act as",
 ]
-STRICT_THRESHOLD = 0.75
-"""A stricter setting measured alongside the default, to show the recall/FPR trade-off."""
 TOOL_KINDS = {"code", "email", "web", "file", "ticket", "tool_output"}
 
 
@@ -87,18 +95,22 @@ def corpus(rows: list[Row]) -> tuple[list[str], str]:
     return [p for p in pieces if len(p) == 4096], (blob * (1 + 1_000_000 // max(1, len(blob))))[:1_000_000]
 
 
-def evaluation(rows: list[Row], scan: Callable[[str], bool]) -> dict[str, Tally]:
-    groups: dict[str, Tally] = {}
-    for row in rows:
-        blocked = scan(row.text)
-        group = "tool output" if row.kind in TOOL_KINDS else "user prompts"
-        for name in (group, f"{group}: {row.kind}", f"{group}: source {row.source}"):
-            groups.setdefault(name, Tally()).add(row.label, blocked)
-    return groups
-
-
 def pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def tool_rows(rows: list[Row]) -> list[Row]:
+    return [r for r in rows if r.kind != "prompt"]
+
+
+def slices(rows: list[Row], scan: Callable[[str], bool]) -> dict[str, Tally]:
+    """Tallies of tool-output rows: all, per source and per language."""
+    groups: dict[str, Tally] = {}
+    for row in tool_rows(rows):
+        blocked = scan(row.text)
+        for name in ("all", f"source {row.source}", f"lang {row.lang or 'en'}"):
+            groups.setdefault(name, Tally()).add(row.label, blocked)
+    return groups
 
 
 def main() -> None:
@@ -106,59 +118,60 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "guard.md")
     parser.add_argument("--quick", action="store_true", help="fewer rounds (smoke run)")
     args = parser.parse_args()
+    from plugins.prompt_guard.neural import DEFAULT_DIR, NeuralDetector
+
+    loads = []
+    for _ in range(3):
+        began = time.perf_counter()
+        NeuralDetector.load(DEFAULT_DIR)
+        loads.append(time.perf_counter() - began)
     guard = build_guard(PromptGuardConfig(type="prompt_guard"))
-    python = build_guard(PromptGuardConfig(type="prompt_guard"), native=False)
-    strict = build_guard(PromptGuardConfig(type="prompt_guard", threshold=STRICT_THRESHOLD))
-    rows = load_rows(HELDOUT)
-    agentdojo = load_rows(AGENTDOJO)
-    small, big = corpus(rows)
+    previous = build_guard(PromptGuardConfig.model_validate({"type": "prompt_guard", "detectors": {"neural": False}}))
+    files = {name: load_rows(path) for name, path in HELDOUT_FILES.items() if path.is_file()}
+    small, big = corpus(files["held-out (round 2)"])
     rounds = 2 if args.quick else 10
-    lines = [
-        "# prompt_guard benchmark",
-        "",
-        f"{datetime.date.today().isoformat()} · `{platform.machine()}` · {cpu_model()} · Python "
-        f"{platform.python_version()} · one core (single process, no threads)",
-        "",
-        "| scanner | throughput, 1 MB document | 4 KB tool result p50 | p99 | held-out tool output recall / FPR | user prompts recall / FPR | AgentDojo tool output recall / FPR |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    results = {}
     scanners: list[tuple[str, Callable[[str], bool]]] = [
-        (f"prompt_guard (default config, {guard.backend} scorer)", lambda t: guard.scan(t).blocked),
-        ("prompt_guard (default config, pure-Python scorer)", lambda t: python.scan(t).blocked),
-        (f"prompt_guard, threshold {STRICT_THRESHOLD}", lambda t: strict.scan(t).blocked),
+        ("prompt_guard, shipped default (neural detector + cheap detectors)", lambda t: guard.scan(t).blocked),
+        ("previous scorer (cheap detectors: rules, heuristics, n-gram model)", lambda t: previous.scan(t).blocked),
         ("baseline: str.lower() + in, 16 keywords", keyword_scan),
     ]
     for _, scan in scanners:
         latencies(scan, small, 1)  # warm-up: first touches of the model tables and regex caches
-    speeds = throughputs([scan for _, scan in scanners], big, 5 if args.quick else 21)
+    speeds = throughputs([scan for _, scan in scanners], big, 3 if args.quick else 9)
+    lines = [
+        "# prompt_guard benchmark",
+        "",
+        f"{datetime.date.today().isoformat()} · `{platform.machine()}` · {cpu_model()} · Python "
+        f"{platform.python_version()} · one core (single process, onnxruntime single-threaded)",
+        "",
+        f"Neural model load (start-up): {1000 * statistics.median(loads):.0f} ms (median of 3).",
+        "",
+        "| scanner | 1 MB document | 4 KB tool result p50 | p99 | " + " | ".join(f"{n} recall / FPR" for n in files) + " |",
+        "|---|---|---|---|" + "---|" * len(files),
+    ]
+    detail: dict[str, dict[str, dict[str, Tally]]] = {}
+    size = len(big.encode("utf-8"))
     for (name, scan), mbps in zip(scanners, speeds):
         lat = sorted(latencies(scan, small, rounds))
-        groups = evaluation(rows, scan)
-        tool, prompt = groups["tool output"].metrics(), groups["user prompts"].metrics()
-        dojo_groups = evaluation(agentdojo, scan)
-        dojo = dojo_groups["tool output"].metrics()
-        groups.update({f"AgentDojo {name}": tally for name, tally in dojo_groups.items() if name != "tool output"})
         p50, p99 = statistics.median(lat), lat[int(0.99 * (len(lat) - 1))]
-        results[name] = groups
-        lines.append(
-            f"| {name} | {mbps:.1f} MB/s | {p50 * 1e3:.3f} ms | {p99 * 1e3:.3f} ms | "
-            f"{pct(tool['recall'])} / {pct(tool['fpr'])} | {pct(prompt['recall'])} / {pct(prompt['fpr'])} | "
-            f"{pct(dojo['recall'])} / {pct(dojo['fpr'])} |"
-        )
-    lines += ["", "Held-out evaluation by kind (prompt_guard, default threshold 0.5):", "",
-              "| slice | rows | injection | benign | recall | FPR | precision |", "|---|---|---|---|---|---|---|"]
-    for name, tally in sorted(results[f"prompt_guard (default config, {guard.backend} scorer)"].items()):
-        m = tally.metrics()
-        lines.append(f"| {name} | {m['rows']} | {m['injection']} | {m['benign']} | {pct(m['recall'])} | "
-                     f"{pct(m['fpr'])} | {pct(m['precision'])} |")
-    lines += ["", f"Data: `bench/data/guard_heldout.jsonl` ({len(rows)} rows) and "
-              f"`bench/data/guard_heldout_agentdojo.jsonl` ({len(agentdojo)} rows; provenance of both in "
-              f"`plugins/prompt_guard/DATA.md`). Latency: {len(small)} different 4 KB benign held-out "
-              f"tool results x {rounds} rounds; "
-              f"p50/p99 are taken across the results, each result's time being the median of its "
-              f"{rounds} rounds. Throughput: 1 MB over the median time of its scans, "
-              f"{5 if args.quick else 21} rounds interleaved across the scanners.", ""]
+        detail[name] = {label: slices(rows, scan) for label, rows in files.items()}
+        cells = [f"{pct(g['all'].metrics()['recall'])} / {pct(g['all'].metrics()['fpr'])}" for g in detail[name].values()]
+        lines.append(f"| {name} | {1000 * size / 1e6 / mbps:.0f} ms ({mbps:.1f} MB/s) | {p50 * 1e3:.2f} ms | "
+                     f"{p99 * 1e3:.2f} ms | " + " | ".join(cells) + " |")
+    shipped, old = scanners[0][0], scanners[1][0]
+    lines += ["", "Tool-output rows by file, source and language (recall / FPR; shipped default, then previous scorer):", "",
+              "| file | slice | injection | benign | shipped recall | shipped FPR | previous recall | previous FPR |",
+              "|---|---|---|---|---|---|---|---|"]
+    for label in files:
+        for key, tally in sorted(detail[shipped][label].items(), key=lambda kv: (kv[0] != "all", kv[0])):
+            m, o = tally.metrics(), detail[old][label][key].metrics()
+            lines.append(f"| {label} | {key} | {m['injection']} | {m['benign']} | {pct(m['recall'])} | {pct(m['fpr'])} | "
+                         f"{pct(o['recall'])} | {pct(o['fpr'])} |")
+    lines += ["", "Data: " + ", ".join(f"`{HELDOUT_FILES[n].relative_to(ROOT.parent)}` ({len(r)} rows)" for n, r in files.items())
+              + "; provenance in `plugins/prompt_guard/DATA.md`. Only tool-output rows (every kind but `prompt`) are "
+              f"counted. Latency: {len(small)} different 4 KB benign held-out tool results x {rounds} rounds; "
+              f"p50/p99 across the results, each result's time the median of its rounds. 1 MB document: its size "
+              f"over the median time of {3 if args.quick else 9} scans interleaved across the scanners.", ""]
     text = "\n".join(lines)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")

@@ -28,7 +28,7 @@ routes:
   - model: lenient
     upstream: local
     plugins:
-      - {type: prompt_guard, id: lenient_guard, detectors: {classifier: false},
+      - {type: prompt_guard, id: lenient_guard, detectors: {classifier: false, neural: false},
          disabled_rules: [override.ignore_previous, exfil.system_prompt]}
 """
 

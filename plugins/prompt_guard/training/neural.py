@@ -111,7 +111,7 @@ def prepare(files: list[Path], work: Path, seed: int = 1) -> None:
     out: dict[str, list[Any]] = {"ids": [], "y": [], "val": [], "meta": []}
     work.mkdir(parents=True, exist_ok=True)
     validation = open(work / "validation.jsonl", "w", encoding="utf-8")
-    for path in files:
+    for number, path in enumerate(files):
         for line in path.open(encoding="utf-8"):
             row = json.loads(line)
             if not row.get("text", "").strip():
@@ -128,7 +128,7 @@ def prepare(files: list[Path], work: Path, seed: int = 1) -> None:
             if out["val"][-1]:
                 validation.write(json.dumps({k: row.get(k) for k in ("text", "label", "source", "kind", "lang")},
                                             ensure_ascii=False) + "\n")
-            out["meta"].append([row.get("source", "?"), row.get("kind", "?"), row.get("lang", "en")])
+            out["meta"].append([row.get("source", "?"), row.get("kind", "?"), row.get("lang", "en"), number])
     validation.close()
     np.savez_compressed(work / "windows.npz", ids=np.asarray(out["ids"], dtype=np.int32),
                         y=np.asarray(out["y"], dtype=np.int8), val=np.asarray(out["val"], dtype=bool))
@@ -171,7 +171,7 @@ def _sampler_weights(y: Any, prompt: Any) -> Any:
     return weights
 
 
-def train(work: Path, steps: int, batch: int, lr: float, freeze: int, every: int, threads: int) -> None:
+def train(work: Path, steps: int, batch: int, lr: float, freeze: int, every: int, threads: int, boost: float) -> None:
     import numpy as np
     import torch
     from safetensors.torch import load_file, save_file
@@ -183,7 +183,8 @@ def train(work: Path, steps: int, batch: int, lr: float, freeze: int, every: int
     train_idx = np.flatnonzero(~data["val"])
     ids, y = data["ids"][train_idx], data["y"][train_idx]
     prompt = np.asarray([meta[i][1] == "prompt" for i in train_idx])
-    weights = torch.as_tensor(_sampler_weights(y, prompt))
+    later = np.asarray([meta[i][3] > 0 for i in train_idx])
+    weights = torch.as_tensor(_sampler_weights(y, prompt) * np.where(later, boost, 1.0))
     net = Detector.build(base_dir(work))
     ckpt, state_file = work / "checkpoint.safetensors", work / "state.json"
     start = 0
@@ -311,6 +312,8 @@ def main() -> None:
     t.add_argument("--freeze", type=int, default=1, help="lower encoder layers kept frozen (the embeddings always are)")
     t.add_argument("--every", type=int, default=50, help="checkpoint every this many steps")
     t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--boost", type=float, default=4.0,
+                   help="rows of the second and later --data files are drawn this many times more often")
     e = sub.add_parser("export")
     e.add_argument("--work", type=Path, required=True)
     e.add_argument("--out", type=Path, required=True)
@@ -322,7 +325,7 @@ def main() -> None:
     if args.cmd == "prepare":
         prepare(args.data, args.work)
     elif args.cmd == "train":
-        train(args.work, args.steps, args.batch, args.lr, args.freeze, args.every, args.threads)
+        train(args.work, args.steps, args.batch, args.lr, args.freeze, args.every, args.threads, args.boost)
     elif args.cmd == "export":
         export(args.work, args.out)
     else:
