@@ -76,13 +76,19 @@ def run_eval(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
     if args.json:
         data: dict[str, Any] = {"file": args.file, "guard": config.id, "threshold": config.threshold,
-                                "scorer": guard.backend, **report.to_json()}
+                                "scorer": guard.backend, "neural": _neural(guard), **report.to_json()}
         print(json.dumps(data, sort_keys=True))
     else:
         print(f"{args.file}: {len(rows)} rows, guard {config.id!r}, threshold {config.threshold}, "
-              f"{guard.backend} scorer\n")
+              f"{guard.backend} scorer, neural detector: {_neural(guard) or 'off'}\n")
         print(format_report(report))
     return 0
+
+
+def _neural(guard: Any) -> str | None:
+    """Which neural model the guard runs (folder and threshold), or None when it is off."""
+    detector = guard.neural
+    return None if detector is None else f"{detector.source} (threshold {detector.threshold:.3f})"
 
 
 def register(subparsers: Any) -> None:
