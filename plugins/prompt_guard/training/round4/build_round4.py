@@ -38,9 +38,13 @@ TOPIC = re.compile(r"prompt|llm|language model|agent|tool|mcp|system message|com
                    r"instruction|guardrail|jailbreak|injection|token|embedding", re.I)
 """Slices about LLMs, prompts, agents and tools are preferred (the hard negatives)."""
 
+ADDRESSES_MODEL = re.compile(r"im_start|system|systèm|систем|IA|AI|ШІ|modèle|модел|assistant|асистент|INST|user>", re.I)
+"""Wrappers that speak to the model or fake a turn: used for injections only."""
+
 TRAIN_ATTACKER = {"email": ["archive-sync@proton-relay.net", "compta.fournisseur@gmail-secure.co", "it-backup@mailvault.io",
                             "vidpravka@ukr-post-service.com"],
                   "url": ["https://cdn-metrics.statpixel.net/p", "https://login-verif.com-secure.app", "https://img.trk-hub.io/a"],
+                  "url_host": ["cdn-metrics.statpixel.net", "img.trk-hub.io"],
                   "iban": ["FR76 3000 4000 0312 3456 7890 143", "UA21 3223 1300 0002 6007 2335 6600 1", "LT12 1000 0111 0100 1000"]}
 
 
@@ -122,13 +126,13 @@ def compose(kind: str, bank: dict[str, Any], ctx: _Fill) -> tuple[str, list[str]
         return "notice", _lines(bank, "notice", r.randint(1, 3), ctx)
     if kind == "code":
         comments = _lines(bank, "code_comment", r.randint(2, 4), ctx)
-        code = ["def total_ttc(ligne, taux=0.2):", "    montant = ligne.prix * ligne.quantite",
-                "    return round(montant * (1 + taux), 2)", "", "def purge_sessions(store, maintenant):",
-                "    for sid, s in list(store.items()):", "        if maintenant - s.vu > 1800:", "            del store[sid]"]
+        code = "\n\n".join(r.sample(bank["code"], r.randint(1, 3))).split("\n")
         out: list[str] = []
         for i, line in enumerate(code):
             if comments and i % 3 == 0:
-                out.append(comments.pop())
+                prefix = "-- " if line.startswith(("SELECT", "FROM", "WHERE", "GROUP")) else \
+                    "// " if line.startswith(("function", "  return d", "}")) else ""
+                out.append(prefix + comments.pop().lstrip("# ") if prefix else comments.pop())
             out.append(line)
         return "code", out
     raise ValueError(kind)
@@ -203,6 +207,8 @@ def multilingual(split: str, seed: int, per_lang: int) -> list[dict[str, Any]]:
                 if wrap_it:
                     wraps = mod.WRAP_TRAIN if split == "train" else mod.WRAP_HELDOUT
                     choices = wraps["any"] + wraps[inj_lang if injected else lang] + (wraps["code"] if kind == "code" else [])
+                    if not injected:  # a benign note never pretends to be a system turn or speaks to the AI
+                        choices = [w for w in choices if not ADDRESSES_MODEL.search(w)]
                     text = insert_lines(lines, rng.choice(choices).format(inj=content), rng)
                 else:
                     text = "\n".join(lines)
