@@ -13,6 +13,8 @@ Placeholders: {name} {name2} {first} {company} {city} {product} {n} {amount} {da
 from __future__ import annotations
 
 FR_POOLS = {
+    "domain": ["atelier-lumen.fr", "nexia-conseil.fr", "transports-ra.fr", "mairie-villefranche.fr"],
+    "mailbox": ["contact", "compta", "c.durand", "j.moreau", "rh", "support"],
     "name": ["Camille Durand", "Julien Moreau", "Sophie Lefèvre", "Thomas Girard", "Élodie Bernard",
              "Nicolas Petit", "Claire Fontaine", "Mathieu Rousseau", "Léa Garnier", "Antoine Faure",
              "Manon Chevalier", "Hugo Lambert", "Inès Mercier", "Pierre Blanc"],
@@ -27,6 +29,8 @@ FR_POOLS = {
 }
 
 UK_POOLS = {
+    "domain": ["agrocentr.com.ua", "slovo-buro.ua", "dnipro-log.com.ua", "zerno.lviv.ua"],
+    "mailbox": ["info", "buhgalteria", "o.kovalenko", "a.shevchenko", "office", "zakupivli"],
     "name": ["Олена Коваленко", "Андрій Шевченко", "Ірина Бондаренко", "Максим Ткаченко", "Наталія Мельник",
              "Дмитро Кравченко", "Оксана Лисенко", "Тарас Поліщук", "Юлія Савченко", "Богдан Руденко",
              "Світлана Гончар", "Віктор Марченко", "Катерина Бойко"],
