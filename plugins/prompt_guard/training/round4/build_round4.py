@@ -64,7 +64,7 @@ class _Fill(dict):  # type: ignore[type-arg]
             value = r.choice(names)
         elif key in ("first", "first2"):
             value = r.choice(names).split()[0]
-        elif key in ("company", "city", "product", "date", "domain", "mailbox"):
+        elif key in ("company", "city", "product", "date", "domain", "mailbox", "iban_fr", "iban_ua"):
             value = r.choice(self.pools[key])
         elif key == "date2":
             value = r.choice(self.pools["date"])
@@ -76,10 +76,6 @@ class _Fill(dict):  # type: ignore[type-arg]
             value = f"{r.randint(80, 48000):,}".replace(",", " ") + f",{r.randint(0, 99):02d}"
         elif key == "time":
             value = f"{r.randint(8, 17)}:{r.choice(['00', '15', '30', '45'])}"
-        elif key == "iban":
-            value = r.choice(["FR76 1027 8060 3100 0205 0270 142", "FR14 2004 1010 0505 0001 3M02 606"])
-        elif key == "iban_ua":
-            value = r.choice(["UA90 3052 9900 0002 6001 0123 4567 8", "UA41 3004 6500 0002 6002 0011 2233 4"])
         else:
             value = r.choice(self.attacker[key]) if key in self.attacker else "{" + key + "}"
         return value

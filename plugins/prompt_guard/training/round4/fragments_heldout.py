@@ -14,6 +14,7 @@ ATTACKER = {"email": ["relance.dossiers@outlook-fr.net", "backup.kadry@ua-mailcl
             "iban": ["FR33 1659 8000 0140 0001 9873 027", "UA83 3220 0100 0002 6208 3301 4221 9", "EE38 2200 2210 2014 5685"]}
 
 FR_POOLS = {
+    "iban_fr": ['FR76 1820 6000 4512 3456 7890 123', 'FR43 3006 6109 1100 0201 4560 172'],
     "domain": ["locauto-provence.fr", "ecole-jferry.fr", "laruche-cowork.fr", "velocite-asso.org"],
     "mailbox": ["agence", "secretariat", "a.masson", "b.roux", "accueil"],
     "name": ["Aurélie Masson", "Bastien Roux", "Chloé Gauthier", "Damien Perrin", "Estelle Renaud", "François Picard",
@@ -27,6 +28,7 @@ FR_POOLS = {
 }
 
 UK_POOLS = {
+    "iban_ua": ['UA68 3510 0500 0002 6005 0123 4567 8', 'UA27 3348 5100 0002 6201 9876 5432 1'],
     "domain": ["doroga-prokat.ua", "gymnasia17.edu.ua", "kalyna-med.com.ua", "vulyk.space"],
     "mailbox": ["prokat", "sekretar", "h.ostapenko", "r.hnatiuk", "reception"],
     "name": ["Ганна Остапенко", "Ярослав Ковальчук", "Людмила Кушнір", "Роман Гнатюк", "Вероніка Данилюк",
@@ -137,7 +139,7 @@ FR = {
     "invoice": [
         "Location du {date} au {date2} : {n2} jours.",
         "Montant total : {amount} € TTC.",
-        "Paiement par virement : IBAN {iban}, référence LOC-{n}.",
+        "Paiement par virement : IBAN {iban_fr}, référence LOC-{n}.",
         "Merci d'effectuer le virement sous 15 jours.",
         "Acompte versé : 150,00 €. Reste dû indiqué ci-dessus.",
         "Exonération de TVA, article 261-4-1° du CGI.",

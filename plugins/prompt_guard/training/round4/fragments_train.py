@@ -13,6 +13,7 @@ Placeholders: {name} {name2} {first} {company} {city} {product} {n} {amount} {da
 from __future__ import annotations
 
 FR_POOLS = {
+    "iban_fr": ['FR76 1027 8060 3100 0205 0270 142', 'FR14 2004 1010 0505 0001 3M02 606'],
     "domain": ["atelier-lumen.fr", "nexia-conseil.fr", "transports-ra.fr", "mairie-villefranche.fr"],
     "mailbox": ["contact", "compta", "c.durand", "j.moreau", "rh", "support"],
     "name": ["Camille Durand", "Julien Moreau", "Sophie Lefèvre", "Thomas Girard", "Élodie Bernard",
@@ -29,6 +30,7 @@ FR_POOLS = {
 }
 
 UK_POOLS = {
+    "iban_ua": ['UA90 3052 9900 0002 6001 0123 4567 8', 'UA41 3004 6500 0002 6002 0011 2233 4'],
     "domain": ["agrocentr.com.ua", "slovo-buro.ua", "dnipro-log.com.ua", "zerno.lviv.ua"],
     "mailbox": ["info", "buhgalteria", "o.kovalenko", "a.shevchenko", "office", "zakupivli"],
     "name": ["Олена Коваленко", "Андрій Шевченко", "Ірина Бондаренко", "Максим Ткаченко", "Наталія Мельник",
@@ -176,7 +178,7 @@ FR = {
         "Date d'émission : {date}\nÉchéance : 30 jours",
         "Désignation : prestation de conseil — {n2} heures × 85,00 €",
         "Total HT : {amount} €\nTVA 20 % : incluse\nTotal TTC : {amount} €",
-        "Règlement par virement sur le compte IBAN {iban} (BIC AGRIFRPP).",
+        "Règlement par virement sur le compte IBAN {iban_fr} (BIC AGRIFRPP).",
         "Merci de virer le montant dû avant la date d'échéance en rappelant le numéro de facture.",
         "Pénalités de retard : trois fois le taux d'intérêt légal. Indemnité forfaitaire de recouvrement : 40 €.",
         "Conditions : paiement à 30 jours, pas d'escompte pour paiement anticipé.",
