@@ -88,6 +88,7 @@ def fill(template: str, ctx: _Fill) -> str:
 
 
 def _lines(bank: dict[str, Any], key: str, k: int, ctx: _Fill) -> list[str]:
+    """`k` distinct fragments of `bank[key]`, filled."""
     return [fill(t, ctx) for t in ctx.rng.sample(bank[key], min(k, len(bank[key])))]
 
 
@@ -307,6 +308,7 @@ def awareness(seed: int) -> list[dict[str, Any]]:
 
 
 def build_train(wheels: Path) -> list[dict[str, Any]]:
+    """All training rows: FR/UK tool outputs, technical slices of the training wheels, awareness text."""
     rows = multilingual("train", seed=41, per_lang=460)
     wraps = ft.WRAP_TRAIN["any"] + ft.WRAP_TRAIN["en"] + ft.WRAP_TRAIN["code"]
     rows += techdocs(wheels, TRAIN_PACKAGES, seed=42, budget=260, injected_share=0.4,
@@ -324,6 +326,7 @@ def _heldout() -> Any:
 
 
 def build_heldout(wheels: Path) -> dict[str, list[dict[str, Any]]]:
+    """The three held-out files (name -> rows); built only from held-out material."""
     from plugins.prompt_guard.training.round4 import redteam
 
     fh = _heldout()
@@ -338,6 +341,7 @@ def build_heldout(wheels: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def write(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Rows as JSONL at `path`, and their counts per source, language and label on stdout."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as out:
         for row in rows:

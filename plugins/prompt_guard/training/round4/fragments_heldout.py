@@ -8,6 +8,8 @@ attacker addresses. Never used for training or for choosing a threshold.
 
 from __future__ import annotations
 
+from typing import Any
+
 ATTACKER = {"email": ["relance.dossiers@outlook-fr.net", "backup.kadry@ua-mailcloud.com", "ops-mirror@fastmail-sync.org"],
             "url": ["https://docs-partage.fr-verify.net/v", "https://ukr-cabinet.online/login", "https://pix.telemetry-cdn.org/t"],
             "url_host": ["pix.telemetry-cdn.org", "metrics.fr-verify.net"],
@@ -41,7 +43,7 @@ UK_POOLS = {
     "date": ["субота, 8 березня", "понеділок, 17 листопада", "вівторок, 1 липня", "четвер, 9 січня", "21 травня", "4 серпня"],
 }
 
-FR = {
+FR: dict[str, Any] = {
     "hdr_from": "Expéditeur : ", "hdr_subject": "Sujet : ",
     "email_subject": ["Confirmation de votre réservation de véhicule", "Sortie scolaire du {date}", "Votre rendez-vous au cabinet",
                       "Assemblée générale de la coopérative", "Mise à jour de l'{product}", "Relance : cotisation annuelle",
@@ -162,7 +164,7 @@ FR = {
                     "title": ["Consultation", "Location {product_item}", "Atelier du samedi"]},
 }
 
-UK = {
+UK: dict[str, Any] = {
     "hdr_from": "Відправник: ", "hdr_subject": "Тема листа: ",
     "email_subject": ["Підтвердження бронювання авто", "Екскурсія {date}", "Ваш запис до лікаря",
                       "Загальні збори ОСББ", "Оновлення: {product}", "Нагадування про членський внесок",

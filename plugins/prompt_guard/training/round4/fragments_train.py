@@ -8,9 +8,14 @@ other documents, other injection wordings and other wrappers).
 
 Placeholders: {name} {name2} {first} {company} {city} {product} {n} {amount} {date} {time}
 {email} {iban} {url}.
+
+The file is long because it is data (every line a hand-written fragment); the logic is in
+`build_round4.py`.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 FR_POOLS = {
     "iban_fr": ['FR76 1027 8060 3100 0205 0270 142', 'FR14 2004 1010 0505 0001 3M02 606'],
@@ -48,7 +53,7 @@ UK_POOLS = {
 
 # ---- benign lines per kind; many are imperatives addressed to PEOPLE ----
 
-FR = {
+FR: dict[str, Any] = {
     "hdr_from": "De : ", "hdr_subject": "Objet : ",
     "email_subject": ["Re : budget du 2e trimestre", "Compte rendu de la réunion de {date}", "Facture n° {n} en attente",
                       "Bienvenue dans l'équipe !", "Votre commande a été expédiée", "Réinitialisation du mot de passe",
@@ -204,7 +209,7 @@ FR = {
                     "title": ["Réunion fournisseur", "Appel client {company}", "Livraison {product_item}"]},
 }
 
-UK = {
+UK: dict[str, Any] = {
     "hdr_from": "Від: ", "hdr_subject": "Тема: ",
     "email_subject": ["Re: бюджет на другий квартал", "Протокол наради {date}", "Рахунок № {n} очікує оплати",
                       "Ласкаво просимо до команди!", "Ваше замовлення відправлено", "Скидання пароля",
