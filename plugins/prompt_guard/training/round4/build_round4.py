@@ -238,7 +238,7 @@ def wheel_documents(path: Path) -> list[tuple[str, str]]:
 
 
 def slices(text: str, rng: random.Random, count: int) -> list[str]:
-    """Up to `count` slices of 300..2000 characters starting at line boundaries, preferring on-topic ones."""
+    """Up to `count` slices of 300..2000 characters starting at line boundaries that mention LLM topics."""
     out: list[str] = []
     for _ in range(count * 4):
         size = rng.randint(300, 2000)
@@ -247,11 +247,22 @@ def slices(text: str, rng: random.Random, count: int) -> list[str]:
         else:
             start = text.find("\n", rng.randint(0, len(text) - size)) + 1
             piece = text[start:start + size]
-        if len(piece.strip()) >= 300 and TOPIC.search(piece) and piece not in out:
+        if len(piece.strip()) >= 300 and len(TOPIC.findall(piece)) >= 3 and piece not in out:
             out.append(piece)
         if len(out) >= count or len(text) <= size:
             break
     return out
+
+
+def pick(pieces: list[tuple[str, str]], budget: int, rng: random.Random) -> list[tuple[str, str]]:
+    """`budget` slices, half prose and half code where there is enough, the densest in LLM topics first."""
+    ranked = sorted(pieces, key=lambda p: (-len(set(m.lower() for m in TOPIC.findall(p[1]))), rng.random()))
+    docs = [p for p in ranked if p[0] == "doc"][: budget // 2]
+    code = [p for p in ranked if p[0] == "code"][: budget - len(docs)]
+    chosen = docs + code
+    chosen += [p for p in ranked if p not in chosen][: budget - len(chosen)]
+    rng.shuffle(chosen)
+    return chosen
 
 
 def insert_text(doc: str, piece: str, rng: random.Random) -> str:
@@ -276,10 +287,10 @@ def techdocs(wheels: Path, packages: tuple[str, ...], seed: int, budget: int, in
         pieces: list[tuple[str, str]] = []
         for kind, text in docs:
             pieces += [(kind, p) for p in slices(text, rng, 2 if len(text) > 4000 else 1)]
-            if len(pieces) >= budget:
+            if len(pieces) >= 4 * budget:
                 break
         ctx = _Fill(ft.FR_POOLS, ft.FR, attacker, rng)
-        for kind, piece in pieces[:budget]:
+        for kind, piece in pick(pieces, budget, rng):
             if rng.random() < injected_share:
                 inj = fill(rng.choice(injections), ctx)
                 piece = insert_text(piece, rng.choice(wrappers).format(inj=inj), rng)
