@@ -162,6 +162,14 @@ def _put_in_json(obj: Any, key: str, value: str, rng: random.Random) -> None:
     rng.choice(dicts)[key] = value
 
 
+def span_of(text: str, piece: str) -> list[int]:
+    """[start, end) of `piece` in `text` (the injected span that a training window must hold)."""
+    at = text.find(piece)
+    if at < 0:
+        raise ValueError("inserted piece not found")
+    return [at, at + len(piece)]
+
+
 def insert_lines(lines: list[str], piece: str, rng: random.Random) -> str:
     """`piece` inserted between two lines (never before a title line)."""
     at = rng.randint(1, max(1, len(lines)))
@@ -195,6 +203,7 @@ def multilingual(split: str, seed: int, per_lang: int) -> list[dict[str, Any]]:
                     key = rng.choice(mod.WRAP_TRAIN["json"] if split == "train" else mod.WRAP_HELDOUT["json"])
                     _put_in_json(obj, key, content, rng)
                 text, out_kind = json.dumps(obj, ensure_ascii=False, indent=rng.choice([None, 2])), "tool_output"
+                piece = json.dumps(content, ensure_ascii=False)
             else:
                 out_kind, lines = compose(kind, bank, ctx)
                 if wrap_it:
@@ -202,11 +211,15 @@ def multilingual(split: str, seed: int, per_lang: int) -> list[dict[str, Any]]:
                     choices = wraps["any"] + wraps[inj_lang if injected else lang] + (wraps["code"] if kind == "code" else [])
                     if not injected:  # a benign note never pretends to be a system turn or speaks to the AI
                         choices = [w for w in choices if not ADDRESSES_MODEL.search(w)]
-                    text = insert_lines(lines, rng.choice(choices).format(inj=content), rng)
+                    piece = rng.choice(choices).format(inj=content)
+                    text = insert_lines(lines, piece, rng)
                 else:
                     text = "\n".join(lines)
-            rows.append({"text": text, "label": "injection" if injected else "benign", "source": source,
-                         "kind": out_kind, "lang": lang})
+            row = {"text": text, "label": "injection" if injected else "benign", "source": source,
+                   "kind": out_kind, "lang": lang}
+            if injected and split == "train":
+                row["span"] = span_of(text, piece)
+            rows.append(row)
     return rows
 
 
@@ -273,8 +286,10 @@ def insert_text(doc: str, piece: str, rng: random.Random) -> str:
 
 
 def techdocs(wheels: Path, packages: tuple[str, ...], seed: int, budget: int, injected_share: float,
-             injections: list[str], wrappers: list[str], attacker: dict[str, list[str]]) -> list[dict[str, Any]]:
-    """Slices of technical text from `packages`' wheels, a share of them injected."""
+             injections: list[str], wrappers: list[str], attacker: dict[str, list[str]],
+             spans: bool = False) -> list[dict[str, Any]]:
+    """Slices of technical text from `packages`' wheels, a share of them injected (with their
+    injected `span` when `spans`: training rows)."""
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []
     for pkg in packages:
@@ -293,11 +308,12 @@ def techdocs(wheels: Path, packages: tuple[str, ...], seed: int, budget: int, in
         for kind, piece in pick(pieces, budget, rng):
             if rng.random() < injected_share:
                 inj = fill(rng.choice(injections), ctx)
-                piece = insert_text(piece, rng.choice(wrappers).format(inj=inj), rng)
-                label = "injection"
+                wrapped = rng.choice(wrappers).format(inj=inj)
+                piece = insert_text(piece, wrapped, rng)
+                label, extra = "injection", ({"span": span_of(piece, wrapped)} if spans else {})
             else:
-                label = "benign"
-            rows.append({"text": piece, "label": label, "source": f"pypi:{found[0].name.split('-py')[0].split('-cp')[0]}",
+                label, extra = "benign", {}
+            rows.append({**extra, "text": piece, "label": label, "source": f"pypi:{found[0].name.split('-py')[0].split('-cp')[0]}",
                          "kind": kind, "lang": "en"})
     return rows
 
@@ -313,7 +329,8 @@ def awareness(seed: int) -> list[dict[str, Any]]:
         wraps = ft.WRAP_TRAIN["any"] + ft.WRAP_TRAIN[lang]
         for _ in range(2):
             inj = rng.choice(wraps).format(inj=fill(rng.choice(pool), ctx))
-            rows.append({"text": insert_text(text, inj, rng), "label": "injection", "source": "r4-awareness-train",
+            doc = insert_text(text, inj, rng)
+            rows.append({"text": doc, "span": span_of(doc, inj), "label": "injection", "source": "r4-awareness-train",
                          "kind": "doc", "lang": lang})
     return rows
 
@@ -323,7 +340,8 @@ def build_train(wheels: Path) -> list[dict[str, Any]]:
     rows = multilingual("train", seed=41, per_lang=460)
     wraps = ft.WRAP_TRAIN["any"] + ft.WRAP_TRAIN["en"] + ft.WRAP_TRAIN["code"]
     rows += techdocs(wheels, TRAIN_PACKAGES, seed=42, budget=260, injected_share=0.4,
-                     injections=ft.INJ_EN + ft.INJ_FR[:6] + ft.INJ_UK[:6], wrappers=wraps, attacker=TRAIN_ATTACKER)
+                     injections=ft.INJ_EN + ft.INJ_FR[:6] + ft.INJ_UK[:6], wrappers=wraps, attacker=TRAIN_ATTACKER,
+                     spans=True)
     rows += awareness(seed=43)
     random.Random(44).shuffle(rows)
     return rows
