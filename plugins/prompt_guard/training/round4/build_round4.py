@@ -215,7 +215,7 @@ def multilingual(split: str, seed: int, per_lang: int) -> list[dict[str, Any]]:
                     text = insert_lines(lines, piece, rng)
                 else:
                     text = "\n".join(lines)
-            row = {"text": text, "label": "injection" if injected else "benign", "source": source,
+            row: dict[str, Any] = {"text": text, "label": "injection" if injected else "benign", "source": source,
                    "kind": out_kind, "lang": lang}
             if injected and split == "train":
                 row["span"] = span_of(text, piece)
