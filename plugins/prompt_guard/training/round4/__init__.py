@@ -1,0 +1,1 @@
+"""Round-4 data (neural detector): hand-written fragments and the builder."""
