@@ -195,10 +195,13 @@ class _ChunkAccumulator:
         return normalise_calls([self.calls[i] for i in sorted(self.calls)])
 
 
-async def run_stream(body: dict[str, Any], io: TurnIO, include_usage: bool) -> AsyncIterator[list[dict[str, Any]]]:
+async def run_stream(
+    body: dict[str, Any], io: TurnIO, include_usage: bool, stats: LoopStats | None = None
+) -> AsyncIterator[list[dict[str, Any]]]:
     """Streaming: yields the batches of chunks the client receives (one write each); the last
-    batch ends with the finishing chunk, which carries a `toolgate` summary, and the usage."""
-    stats = LoopStats()
+    batch ends with the finishing chunk, which carries a `toolgate` summary, and the usage.
+    `stats`, when given, is filled in as the loop goes (the caller reads usage and tool calls)."""
+    stats = stats if stats is not None else LoopStats()
     messages = list(body["messages"])
     head: dict[str, Any] | None = None
     role_sent = False

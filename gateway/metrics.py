@@ -13,10 +13,14 @@ class GatewayMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
-            "toolgate_requests", "Chat-completion requests by route and status", ["route", "status"], registry=self.registry
+            "toolgate_requests", "Client requests (all three APIs) by route and status; refused before a route: route=none", ["route", "status"], registry=self.registry
         )
         self.latency = Histogram(
             "toolgate_request_seconds", "Time to the full response (or stream end)", ["route"], buckets=_BUCKETS, registry=self.registry
+        )
+        self.tokens = Counter(
+            "toolgate_tokens", "Tokens of every upstream call by route, user and kind (prompt, completion)",
+            ["route", "user", "kind"], registry=self.registry,
         )
         self.upstream_calls = Counter(
             "toolgate_upstream_calls", "Upstream model calls by upstream and outcome", ["upstream", "outcome"], registry=self.registry
