@@ -4,12 +4,13 @@
 `tool_choice` become a chat request; the finished chat completion becomes a `message` whose
 client tool calls are `tool_use` blocks with `stop_reason: "tool_use"`. The key comes as
 `x-api-key` (what the Anthropic SDK sends) or `Authorization: Bearer`. Features with no chat
-equivalent (`top_k`, extended thinking, server tools, documents, MCP connectors, containers)
-are refused with a 400 naming them.
+equivalent (`top_k`, extended thinking, server tools, documents, MCP connectors, containers,
+`inference_geo`) are refused with a 400 naming them.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,17 +20,25 @@ from gateway.api.messages_output import MessagesEncoder, error_body, new_id, sto
 from gateway.auth import bearer_token
 from gateway.errors import BadRequest, GatewayError, Unauthorized
 
-VERSIONS = frozenset({"2023-06-01", "2023-01-01"})
-"""`anthropic-version` values this dialect answers (absent means the current one)."""
+FIRST_VERSION = "2023-01-01"
+"""The oldest `anthropic-version`; any later date is answered in the current shape (the SDK sends
+its own release's date), and an absent header means the current one."""
+_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 ACCEPTED = frozenset({"model", "messages", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "tools",
-                      "tool_choice", "stream", "metadata", "thinking", "service_tier"})
+                      "tool_choice", "stream", "metadata", "thinking", "service_tier", "output_config", "cache_control", "speed"})
+"""Top-level fields this dialect understands; `cache_control`, `speed` and `service_tier` are hints
+that need no counterpart upstream."""
+
+EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
+"""`output_config.effort` as a chat `reasoning_effort`."""
 
 NO_CHAT_EQUIVALENT = {
     "top_k": "chat completions have no top_k",
     "mcp_servers": "the MCP connector is Anthropic's; configure MCP servers in the gateway (mcp_bridge) instead",
     "container": "code-execution containers are Anthropic's",
     "context_management": "context management is Anthropic's",
+    "inference_geo": "the gateway cannot choose where its upstream runs",
 }
 
 
@@ -57,8 +66,23 @@ def _check_fields(body: dict[str, Any]) -> None:
     stops = body.get("stop_sequences")
     if stops is not None and not (isinstance(stops, list) and all(isinstance(s, str) for s in stops)):
         raise BadRequest("'stop_sequences' must be an array of strings", param="stop_sequences")
-    if body.get("metadata") is not None and not isinstance(body["metadata"], dict):
-        raise BadRequest("'metadata' must be an object", param="metadata")
+    for name in ("metadata", "output_config"):
+        if body.get(name) is not None and not isinstance(body[name], dict):
+            raise BadRequest(f"'{name}' must be an object", param=name)
+
+
+def _output_config(config: dict[str, Any], chat: dict[str, Any]) -> None:
+    """`output_config.format` as a chat `response_format`, `effort` as `reasoning_effort`."""
+    fmt = config.get("format")
+    if fmt is not None:
+        if not (isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), dict)):
+            raise BadRequest("'output_config.format' must be {\"type\": \"json_schema\", \"schema\": {...}}", param="output_config.format")
+        chat["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
+    effort = config.get("effort")
+    if effort is not None:
+        if effort not in EFFORTS:
+            raise BadRequest(f"'output_config.effort' must be one of {', '.join(EFFORTS)}", param="output_config.effort")
+        chat["reasoning_effort"] = EFFORTS[effort]
 
 
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
@@ -76,6 +100,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p"), ("stop_sequences", "stop"), ("stream", "stream")):
         if body.get(ours) is not None:
             chat[theirs] = body[ours]
+    _output_config(body.get("output_config") or {}, chat)
     user = (body.get("metadata") or {}).get("user_id")
     if isinstance(user, str) and user:
         chat["user"] = user
@@ -122,8 +147,9 @@ class MessagesDialect:
 
     def parse(self, body: dict[str, Any], headers: Mapping[str, str]) -> MessagesTranslation:
         version = headers.get("anthropic-version")
-        if version is not None and version not in VERSIONS:
-            raise BadRequest(f"anthropic-version {version[:40]!r} is not supported; send 2023-06-01", param="anthropic-version")
+        if version is not None and not (_VERSION.match(version) and version >= FIRST_VERSION):
+            raise BadRequest(f"anthropic-version {version[:40]!r} is not supported: expected a date "
+                             f"(YYYY-MM-DD) from {FIRST_VERSION} on, e.g. 2023-06-01", param="anthropic-version")
         return MessagesTranslation(body)
 
     def error_body(self, exc: GatewayError) -> dict[str, Any]:
