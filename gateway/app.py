@@ -159,6 +159,8 @@ def create_app(config: Config) -> FastAPI:
         return JSONResponse({"status": "ready" if ok else "starting", "routes": len(gateway.routes)}, status_code=200 if ok else 503)
 
     async def metrics(request: Request) -> Response:
+        if gateway.config.server.metrics_auth:
+            gateway.auth.authenticate(request.headers.get("authorization"))
         return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.router.routes.append(Route("/v1/models", models, methods=["GET"]))

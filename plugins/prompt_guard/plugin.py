@@ -10,7 +10,6 @@ counted, and the request goes on.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from pathlib import Path
@@ -161,4 +160,5 @@ class PromptGuardPlugin(Plugin):
             "request_id": ctx.request_id,
             "route": ctx.route,
         }
-        log.warning(json.dumps(record, sort_keys=True))
+        # the record's fields become top-level keys of the JSON log line (gateway.logs), not a string in `message`
+        log.warning("guard %s: %s from %s/%s", record["verdict"], item.kind, item.server, item.source, extra=record)
