@@ -53,6 +53,10 @@ class ModelNotFound(NotFound):
     code = "model_not_found"
 
 
+class Unavailable(GatewayError):
+    status, type, code = 503, "server_error", "unavailable"
+
+
 class PayloadTooLarge(GatewayError):
     status, type, code = 413, "invalid_request_error", "request_too_large"
 
