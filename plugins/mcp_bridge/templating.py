@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.content import message_text
 from gateway.plugins import ChatRequest, PluginContext
 
 TOKEN = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
@@ -50,16 +51,6 @@ def substitute_json(value: Any, values: Mapping[str, str]) -> Any:
     if isinstance(value, dict):
         return {key: substitute_json(item, values) for key, item in value.items()}
     return value
-
-
-def message_text(content: Any) -> str:
-    """The text of a chat message's `content`: a string, or the text parts of a list."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = [part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text"]
-        return "\n".join(text for text in texts if isinstance(text, str))
-    return ""
 
 
 def last_user_message(request: ChatRequest) -> str:

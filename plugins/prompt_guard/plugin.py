@@ -13,8 +13,8 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
+from gateway.content import message_text
 from gateway.errors import GuardBlocked
 from gateway.plugins import ChatRequest, InspectItem, Plugin, PluginContext, PluginEnv
 from plugins.prompt_guard.classifier import DEFAULT_MODEL, LinearModel
@@ -68,15 +68,6 @@ def build_guard(config: PromptGuardConfig, base_dir: Path | None = None, native:
         classifier=config.detectors.classifier,
     )
     return Guard(rules, model, settings, config.disabled_rules, native, onnx)
-
-
-def message_text(content: Any) -> str:
-    """The text of an OpenAI message `content` (a string or a list of parts)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return ""
 
 
 class PromptGuardPlugin(Plugin):
