@@ -112,6 +112,8 @@ class PluginSpec:
     type: str
     config: type[BaseModel]
     factory: Callable[[Any], "Plugin"]
+    commands: Callable[[Any], None] | None = None
+    """Adds the plugin's `toolgate` sub-commands to the CLI's sub-parsers (imported lazily)."""
 
 
 class Plugin:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway.plugins import Plugin, PluginSpec
 from plugins.prompt_guard.config import PromptGuardConfig
 
@@ -12,4 +14,10 @@ def _build(config: PromptGuardConfig) -> Plugin:
     return PromptGuardPlugin(config)
 
 
-SPEC = PluginSpec(type="prompt_guard", config=PromptGuardConfig, factory=_build)
+def _commands(sub: Any) -> None:
+    from plugins.prompt_guard.cli import register
+
+    register(sub)
+
+
+SPEC = PluginSpec(type="prompt_guard", config=PromptGuardConfig, factory=_build, commands=_commands)
