@@ -1,8 +1,10 @@
-"""Gateway overhead on loopback: direct to a stub vs through toolgate (empty chain) vs the
-LiteLLM proxy (when `--litellm-venv PATH` names a venv with `litellm[proxy]`).
+"""Gateway overhead on loopback: direct to a stub vs through toolgate (empty chain) — chat
+completions, the Responses API and the Messages API — vs the LiteLLM proxy (when
+`--litellm-venv PATH` names a venv with `litellm[proxy]`).
 
 Measures, in one run: latency at concurrency 1 (median, p95) and requests/s at concurrency 50,
-non-streaming and streaming (time to first byte at c=1). Writes the table into bench/README.md.
+non-streaming and streaming (time to first byte at c=1). Writes the table into bench/README.md
+(section `overhead` with the LiteLLM rows, `overhead-apis` without them).
 
     python bench/overhead.py [--litellm-venv bench/.litellm-venv] [--requests 400]
 """
@@ -23,53 +25,58 @@ import httpx2
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.procs import Proc, free_port, machine, write_section  # noqa: E402
 
-BODY = {"model": "bench", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
+CHAT = {"model": "bench", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
+RESPONSES = {"model": "bench", "input": "Say hello.", "max_output_tokens": 16}
+MESSAGES = {"model": "bench", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
+CHAT_PATH = "toolgate, empty chain"
+Target = tuple[str, str, dict[str, str], dict[str, object]]
+"""(row name, URL, headers, request body)."""
 
 
-async def one(client: httpx2.AsyncClient, url: str, stream: bool, headers: dict[str, str]) -> tuple[float, float]:
+async def one(client: httpx2.AsyncClient, url: str, stream: bool, headers: dict[str, str], body: dict[str, object]) -> tuple[float, float]:
     """(time to first body byte, total time) in seconds."""
     started = time.perf_counter()
     first = 0.0
     if stream:
-        async with client.stream("POST", url, json={**BODY, "stream": True}, headers=headers) as response:
+        async with client.stream("POST", url, json={**body, "stream": True}, headers=headers) as response:
             response.raise_for_status()
             async for _ in response.aiter_raw():
                 if not first:
                     first = time.perf_counter() - started
         return first, time.perf_counter() - started
-    response = await client.post(url, json=BODY, headers=headers)
+    response = await client.post(url, json=body, headers=headers)
     response.raise_for_status()
     elapsed = time.perf_counter() - started
     return elapsed, elapsed
 
 
-async def serial(targets: list[tuple[str, str, dict[str, str]]], stream: bool, n: int) -> dict[str, tuple[list[float], list[float]]]:
+async def serial(targets: list[Target], stream: bool, n: int) -> dict[str, tuple[list[float], list[float]]]:
     """Concurrency 1, targets interleaved in blocks of 20 so drift on a shared machine hits all alike."""
-    samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name, _, _ in targets}
+    samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name, _, _, _ in targets}
     async with httpx2.AsyncClient(timeout=60) as client:
-        for name, url, headers in targets:
+        for name, url, headers, body in targets:
             for _ in range(30):
-                await one(client, url, stream, headers)
+                await one(client, url, stream, headers, body)
         for _ in range(max(1, n // 20)):
-            for name, url, headers in targets:
+            for name, url, headers, body in targets:
                 for _ in range(20):
-                    first, total = await one(client, url, stream, headers)
+                    first, total = await one(client, url, stream, headers, body)
                     samples[name][0].append(first)
                     samples[name][1].append(total)
     return samples
 
 
-async def throughput(url: str, stream: bool, n: int, headers: dict[str, str]) -> float:
+async def throughput(url: str, stream: bool, n: int, headers: dict[str, str], body: dict[str, object]) -> float:
     """Requests per second with 50 concurrent clients."""
     async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=100, max_keepalive_connections=100)) as client:
         for _ in range(50):
-            await one(client, url, stream, headers)
+            await one(client, url, stream, headers, body)
         queue = list(range(n))
 
         async def worker() -> None:
             while queue:
                 queue.pop()
-                await one(client, url, stream, headers)
+                await one(client, url, stream, headers, body)
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(50)))
@@ -118,8 +125,12 @@ def main() -> int:
         gport = free_port()
         gw = Proc([python, "-m", "gateway.cli", "serve", "--config", str(tmp / "gw.yaml"), "--port", str(gport)], f"http://127.0.0.1:{gport}", "/readyz")
         procs.append(gw.start())
-        targets = [("direct to the stub", stub.url + "/v1/chat/completions", {}),
-                   ("toolgate, empty chain", gw.url + "/v1/chat/completions", {})]
+        targets: list[Target] = [
+            ("direct to the stub", stub.url + "/v1/chat/completions", {}, CHAT),
+            (CHAT_PATH, gw.url + "/v1/chat/completions", {}, CHAT),
+            ("toolgate, Responses API", gw.url + "/v1/responses", {}, RESPONSES),
+            ("toolgate, Messages API", gw.url + "/v1/messages", {"anthropic-version": "2023-06-01"}, MESSAGES),
+        ]
         if args.litellm_venv:
             (tmp / "litellm.yaml").write_text(litellm_config(stub.url))
             lport = free_port()
@@ -127,12 +138,12 @@ def main() -> int:
             ll = Proc([str(args.litellm_venv / "bin" / "litellm"), "--config", str(tmp / "litellm.yaml"), "--host", "127.0.0.1",
                        "--port", str(lport), "--num_workers", "1"], f"http://127.0.0.1:{lport}", "/health/liveliness", env=env, timeout=120)
             procs.append(ll.start())
-            targets.append(("LiteLLM proxy", ll.url + "/v1/chat/completions", {"authorization": "Bearer sk-bench-master"}))
+            targets.append(("LiteLLM proxy", ll.url + "/v1/chat/completions", {"authorization": "Bearer sk-bench-master"}, CHAT))
         rows = {}
         for stream in (False, True):
             samples = asyncio.run(serial(targets, stream, args.requests))
-            for name, url, headers in targets:
-                rps = asyncio.run(throughput(url, stream, args.requests * 3, headers))
+            for name, url, headers, body in targets:
+                rps = asyncio.run(throughput(url, stream, args.requests * 3, headers, body))
                 rows[(name, stream)] = summarise(*samples[name], rps)
                 print(name, "stream" if stream else "json", {k: round(v, 2) for k, v in rows[(name, stream)].items()}, flush=True)
     finally:
@@ -141,7 +152,7 @@ def main() -> int:
     table = render(rows, args.requests)
     print(table)
     if not args.no_write:
-        write_section("overhead", table)
+        write_section("overhead" if args.litellm_venv else "overhead-apis", table)
     return 0
 
 
@@ -149,13 +160,14 @@ def render(rows: dict[tuple[str, bool], dict[str, float]], n: int) -> str:
     base = {s: rows[("direct to the stub", s)] for s in (False, True)}
     lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}; loopback; {n} requests per path at c=1 "
              f"(paths interleaved in blocks of 20), {3 * n} at c=50.", "",
-             "| path | mode | c=1 median | added | c=1 p95 | c=50 req/s | TTFB median | TTFB added |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| path | mode | c=1 median | added | vs chat path | c=1 p95 | c=50 req/s | TTFB median | TTFB added |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for (name, stream), r in rows.items():
-        b = base[stream]
+        b, chat = base[stream], rows[(CHAT_PATH, stream)]
         added = "—" if name.startswith("direct") else f"+{r['median'] - b['median']:.2f} ms"
+        vs_chat = f"{r['median'] - chat['median']:+.2f} ms" if name.startswith("toolgate, ") and name != CHAT_PATH else "—"
         ttfb_added = "—" if name.startswith("direct") or not stream else f"+{r['ttfb'] - b['ttfb']:.2f} ms"
-        lines.append(f"| {name} | {'stream' if stream else 'json'} | {r['median']:.2f} ms | {added} | {r['p95']:.2f} ms | "
+        lines.append(f"| {name} | {'stream' if stream else 'json'} | {r['median']:.2f} ms | {added} | {vs_chat} | {r['p95']:.2f} ms | "
                      f"{r['rps']:.0f} | {r['ttfb']:.2f} ms | {ttfb_added} |")
     return "\n".join(lines)
 

@@ -27,7 +27,7 @@ from gateway.conversation import CONVERSATION_HEADER, client_conversation_id, co
 from gateway.errors import GatewayError, ModelNotFound, Unauthorized, UpstreamTimeout, error_response, internal_error
 from gateway.gateway import Gateway, Route
 from gateway.logs import request_id_var
-from gateway.loop import LoopStats, TurnIO, run_completion, run_stream
+from gateway.loop import Ending, LoopStats, TurnIO, run_completion, run_stream
 from gateway.plugins import PluginContext
 
 log = logging.getLogger("toolgate.chat")
@@ -169,9 +169,18 @@ class ChatHandler:
         record.status = 200
         scrub = self.gw.secrets.scrub
 
+        ended = False
+
+        def write(batch: list[dict[str, Any]]) -> bytes:
+            nonlocal ended
+            if isinstance(batch, Ending):  # the stream's end goes out in the same write
+                ended = True
+                return encoder.batch(batch) + encoder.end()
+            return encoder.batch(batch)
+
         async def sse() -> AsyncIterator[bytes]:
             try:
-                yield encoder.batch(first)
+                yield write(first)
                 while True:  # the request's deadline bounds the whole stream, not just its first byte
                     try:
                         async with asyncio.timeout(_remaining(ctx)):
@@ -180,8 +189,9 @@ class ChatHandler:
                         break
                     except TimeoutError:
                         raise _over_budget(self.gw.config.server.request_timeout_seconds) from None
-                    yield encoder.batch(batch)
-                yield encoder.end()
+                    yield write(batch)
+                if not ended:
+                    yield encoder.end()
             except GatewayError as exc:
                 record.status = exc.status
                 log.warning("stream failed after start: %s", scrub(exc.message), extra={"status": exc.status})
