@@ -108,7 +108,8 @@ def _assistant(content: Any, where: str, calls: set[str]) -> dict[str, Any]:
             calls.add(call_id)
         else:
             raise _refuse_block(kind, at)
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    # chat upstreams take a null content only beside tool calls
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or (None if tool_calls else "")}
     if tool_calls:
         message["tool_calls"] = tool_calls
     return message
