@@ -141,11 +141,6 @@ class McpConnection:
             if not future.cancelled():
                 return future.result()
 
-    @property
-    def server_capabilities(self) -> types.ServerCapabilities | None:
-        """What the server announced, or None when not connected."""
-        return self._client.server_capabilities if self._client is not None else None
-
     async def run(self, operation: Operation[T], timeout: float) -> T:
         """Run `operation(self, client)` in a job task; at most `timeout` seconds (B17)."""
         client = self._client
