@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import mcp
-import mcp_types as types
 
 from plugins.mcp_bridge.errors import CallTimeout, McpCallFailed, SessionLost, describe
 
