@@ -197,3 +197,11 @@ def test_unknown_upstream_events_are_skipped_and_a_malformed_one_ends_the_stream
     assert fine[-1].type == "response.completed" and fine[-1].response.output_text == "still fine "
     assert broken[-1].type == "response.failed"
     assert "not a chat completion chunk" in broken[-2].message
+
+
+def test_metadata_conversation_id_scopes_the_conversation_and_is_not_sent_upstream(upstream: ScriptedUpstream) -> None:
+    # R: A1, G4
+    with running_gateway(simple_config(upstream.url)) as gw:
+        response = client(gw).responses.create(model="assistant", input="hi", metadata={"conversation_id": "c-1", "team": "x"})
+    assert response.metadata == {"conversation_id": "c-1", "team": "x"}  # echoed to the client as sent
+    assert "metadata" not in upstream.requests[0]
