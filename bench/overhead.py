@@ -89,6 +89,51 @@ def summarise(firsts: list[float], totals: list[float], rps: float) -> dict[str,
             "ttfb": statistics.median(firsts) * 1000, "rps": rps}
 
 
+STUB_COMPLETION = {"id": "chatcmpl-stub", "object": "chat.completion", "created": 0, "model": "stub", "choices": [
+    {"index": 0, "message": {"role": "assistant", "content": "Hello from the stub."}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}}
+
+
+def _chunk(delta: dict[str, object], finish: str | None = None) -> dict[str, object]:
+    return {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0, "model": "stub",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+STUB_BATCHES = [[_chunk({"role": "assistant", "content": ""})], *([_chunk({"content": w})] for w in ("Hello ", "from ", "the ", "stub.")),
+                [_chunk({}, "stop"), {**_chunk({}), "choices": [], "usage": STUB_COMPLETION["usage"]}]]
+
+
+def translation_cost(n: int = 5000) -> dict[tuple[str, bool], float]:
+    """In-process CPU cost (µs, best of 5) of each dialect's own work for the stub's answer:
+    parse + translate the body, then render the completion (json) or encode the chunks (stream)."""
+    import json
+    import timeit
+
+    from gateway.api.chat import ChatDialect
+    from gateway.api.messages import MessagesDialect
+    from gateway.api.responses import ResponsesDialect
+
+    dialects = {CHAT_PATH: (ChatDialect(), CHAT), "toolgate, Responses API": (ResponsesDialect(), RESPONSES),
+                "toolgate, Messages API": (MessagesDialect(), MESSAGES)}
+    costs = {}
+    for name, (dialect, body) in dialects.items():
+        raw = json.dumps(body)
+        raw_stream = json.dumps({**body, "stream": True})
+
+        def whole() -> None:
+            json.dumps(dialect.parse(json.loads(raw), {}).render(json.loads(json.dumps(STUB_COMPLETION))))
+
+        def streamed() -> None:
+            encoder = dialect.parse(json.loads(raw_stream), {}).encoder()
+            for batch in STUB_BATCHES:
+                encoder.batch(batch)
+            encoder.end()
+
+        for stream, fn in ((False, whole), (True, streamed)):
+            costs[(name, stream)] = min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
+    return costs
+
+
 def gateway_config(stub: str) -> str:
     return f"""
 server: {{log_level: warning}}
@@ -149,14 +194,14 @@ def main() -> int:
     finally:
         for proc in reversed(procs):
             proc.stop()
-    table = render(rows, args.requests)
+    table = render(rows, args.requests, translation_cost())
     print(table)
     if not args.no_write:
         write_section("overhead" if args.litellm_venv else "overhead-apis", table)
     return 0
 
 
-def render(rows: dict[tuple[str, bool], dict[str, float]], n: int) -> str:
+def render(rows: dict[tuple[str, bool], dict[str, float]], n: int, costs: dict[tuple[str, bool], float]) -> str:
     base = {s: rows[("direct to the stub", s)] for s in (False, True)}
     lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}; loopback; {n} requests per path at c=1 "
              f"(paths interleaved in blocks of 20), {3 * n} at c=50.", "",
@@ -169,6 +214,13 @@ def render(rows: dict[tuple[str, bool], dict[str, float]], n: int) -> str:
         ttfb_added = "—" if name.startswith("direct") or not stream else f"+{r['ttfb'] - b['ttfb']:.2f} ms"
         lines.append(f"| {name} | {'stream' if stream else 'json'} | {r['median']:.2f} ms | {added} | {vs_chat} | {r['p95']:.2f} ms | "
                      f"{r['rps']:.0f} | {r['ttfb']:.2f} ms | {ttfb_added} |")
+    lines += ["", "The dialects' own CPU work, in-process (parse and translate the body, then render the answer or encode the "
+              "stream's chunks; best of 5):", "", "| path | json | stream | json vs chat | stream vs chat |", "|---|---|---|---|---|"]
+    for name in dict.fromkeys(name for name, _ in costs):
+        json_cost, stream_cost = costs[(name, False)], costs[(name, True)]
+        vs = ("—", "—") if name == CHAT_PATH else (f"{json_cost - costs[(CHAT_PATH, False)]:+.0f} µs",
+                                                   f"{stream_cost - costs[(CHAT_PATH, True)]:+.0f} µs")
+        lines.append(f"| {name.removeprefix('toolgate, ')} | {json_cost:.0f} µs | {stream_cost:.0f} µs | {vs[0]} | {vs[1]} |")
     return "\n".join(lines)
 
 
