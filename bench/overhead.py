@@ -1,8 +1,10 @@
-"""Gateway overhead on loopback: direct to a stub vs through toolgate (empty chain) vs the
-LiteLLM proxy (when `--litellm-venv PATH` names a venv with `litellm[proxy]`).
+"""Gateway overhead on loopback: direct to a stub vs through toolgate (empty chain) — chat
+completions, the Responses API and the Messages API — vs the LiteLLM proxy (when
+`--litellm-venv PATH` names a venv with `litellm[proxy]`).
 
 Measures, in one run: latency at concurrency 1 (median, p95) and requests/s at concurrency 50,
-non-streaming and streaming (time to first byte at c=1). Writes the table into bench/README.md.
+non-streaming and streaming (time to first byte at c=1). Writes the table into bench/README.md
+(section `overhead` with the LiteLLM rows, `overhead-apis` without them).
 
     python bench/overhead.py [--litellm-venv bench/.litellm-venv] [--requests 400]
 """
@@ -23,53 +25,58 @@ import httpx2
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.procs import Proc, free_port, machine, write_section  # noqa: E402
 
-BODY = {"model": "bench", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
+CHAT = {"model": "bench", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
+RESPONSES = {"model": "bench", "input": "Say hello.", "max_output_tokens": 16}
+MESSAGES = {"model": "bench", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
+CHAT_PATH = "toolgate, empty chain"
+Target = tuple[str, str, dict[str, str], dict[str, object]]
+"""(row name, URL, headers, request body)."""
 
 
-async def one(client: httpx2.AsyncClient, url: str, stream: bool, headers: dict[str, str]) -> tuple[float, float]:
+async def one(client: httpx2.AsyncClient, url: str, stream: bool, headers: dict[str, str], body: dict[str, object]) -> tuple[float, float]:
     """(time to first body byte, total time) in seconds."""
     started = time.perf_counter()
     first = 0.0
     if stream:
-        async with client.stream("POST", url, json={**BODY, "stream": True}, headers=headers) as response:
+        async with client.stream("POST", url, json={**body, "stream": True}, headers=headers) as response:
             response.raise_for_status()
             async for _ in response.aiter_raw():
                 if not first:
                     first = time.perf_counter() - started
         return first, time.perf_counter() - started
-    response = await client.post(url, json=BODY, headers=headers)
+    response = await client.post(url, json=body, headers=headers)
     response.raise_for_status()
     elapsed = time.perf_counter() - started
     return elapsed, elapsed
 
 
-async def serial(targets: list[tuple[str, str, dict[str, str]]], stream: bool, n: int) -> dict[str, tuple[list[float], list[float]]]:
+async def serial(targets: list[Target], stream: bool, n: int) -> dict[str, tuple[list[float], list[float]]]:
     """Concurrency 1, targets interleaved in blocks of 20 so drift on a shared machine hits all alike."""
-    samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name, _, _ in targets}
+    samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name, _, _, _ in targets}
     async with httpx2.AsyncClient(timeout=60) as client:
-        for name, url, headers in targets:
+        for name, url, headers, body in targets:
             for _ in range(30):
-                await one(client, url, stream, headers)
+                await one(client, url, stream, headers, body)
         for _ in range(max(1, n // 20)):
-            for name, url, headers in targets:
+            for name, url, headers, body in targets:
                 for _ in range(20):
-                    first, total = await one(client, url, stream, headers)
+                    first, total = await one(client, url, stream, headers, body)
                     samples[name][0].append(first)
                     samples[name][1].append(total)
     return samples
 
 
-async def throughput(url: str, stream: bool, n: int, headers: dict[str, str]) -> float:
+async def throughput(url: str, stream: bool, n: int, headers: dict[str, str], body: dict[str, object]) -> float:
     """Requests per second with 50 concurrent clients."""
     async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=100, max_keepalive_connections=100)) as client:
         for _ in range(50):
-            await one(client, url, stream, headers)
+            await one(client, url, stream, headers, body)
         queue = list(range(n))
 
         async def worker() -> None:
             while queue:
                 queue.pop()
-                await one(client, url, stream, headers)
+                await one(client, url, stream, headers, body)
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(50)))
@@ -80,6 +87,51 @@ def summarise(firsts: list[float], totals: list[float], rps: float) -> dict[str,
     totals, firsts = sorted(totals), sorted(firsts)
     return {"median": statistics.median(totals) * 1000, "p95": totals[int(len(totals) * 0.95)] * 1000,
             "ttfb": statistics.median(firsts) * 1000, "rps": rps}
+
+
+STUB_COMPLETION = {"id": "chatcmpl-stub", "object": "chat.completion", "created": 0, "model": "stub", "choices": [
+    {"index": 0, "message": {"role": "assistant", "content": "Hello from the stub."}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}}
+
+
+def _chunk(delta: dict[str, object], finish: str | None = None) -> dict[str, object]:
+    return {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0, "model": "stub",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+STUB_BATCHES = [[_chunk({"role": "assistant", "content": ""})], *([_chunk({"content": w})] for w in ("Hello ", "from ", "the ", "stub.")),
+                [_chunk({}, "stop"), {**_chunk({}), "choices": [], "usage": STUB_COMPLETION["usage"]}]]
+
+
+def translation_cost(n: int = 5000) -> dict[tuple[str, bool], float]:
+    """In-process CPU cost (µs, best of 5) of each dialect's own work for the stub's answer:
+    parse + translate the body, then render the completion (json) or encode the chunks (stream)."""
+    import json
+    import timeit
+
+    from gateway.api.chat import ChatDialect
+    from gateway.api.messages import MessagesDialect
+    from gateway.api.responses import ResponsesDialect
+
+    dialects = {CHAT_PATH: (ChatDialect(), CHAT), "toolgate, Responses API": (ResponsesDialect(), RESPONSES),
+                "toolgate, Messages API": (MessagesDialect(), MESSAGES)}
+    costs = {}
+    for name, (dialect, body) in dialects.items():
+        raw = json.dumps(body)
+        raw_stream = json.dumps({**body, "stream": True})
+
+        def whole() -> None:
+            json.dumps(dialect.parse(json.loads(raw), {}).render(json.loads(json.dumps(STUB_COMPLETION))))
+
+        def streamed() -> None:
+            encoder = dialect.parse(json.loads(raw_stream), {}).encoder()
+            for batch in STUB_BATCHES:
+                encoder.batch(batch)
+            encoder.end()
+
+        for stream, fn in ((False, whole), (True, streamed)):
+            costs[(name, stream)] = min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
+    return costs
 
 
 def gateway_config(stub: str) -> str:
@@ -118,8 +170,12 @@ def main() -> int:
         gport = free_port()
         gw = Proc([python, "-m", "gateway.cli", "serve", "--config", str(tmp / "gw.yaml"), "--port", str(gport)], f"http://127.0.0.1:{gport}", "/readyz")
         procs.append(gw.start())
-        targets = [("direct to the stub", stub.url + "/v1/chat/completions", {}),
-                   ("toolgate, empty chain", gw.url + "/v1/chat/completions", {})]
+        targets: list[Target] = [
+            ("direct to the stub", stub.url + "/v1/chat/completions", {}, CHAT),
+            (CHAT_PATH, gw.url + "/v1/chat/completions", {}, CHAT),
+            ("toolgate, Responses API", gw.url + "/v1/responses", {}, RESPONSES),
+            ("toolgate, Messages API", gw.url + "/v1/messages", {"anthropic-version": "2023-06-01"}, MESSAGES),
+        ]
         if args.litellm_venv:
             (tmp / "litellm.yaml").write_text(litellm_config(stub.url))
             lport = free_port()
@@ -127,36 +183,44 @@ def main() -> int:
             ll = Proc([str(args.litellm_venv / "bin" / "litellm"), "--config", str(tmp / "litellm.yaml"), "--host", "127.0.0.1",
                        "--port", str(lport), "--num_workers", "1"], f"http://127.0.0.1:{lport}", "/health/liveliness", env=env, timeout=120)
             procs.append(ll.start())
-            targets.append(("LiteLLM proxy", ll.url + "/v1/chat/completions", {"authorization": "Bearer sk-bench-master"}))
+            targets.append(("LiteLLM proxy", ll.url + "/v1/chat/completions", {"authorization": "Bearer sk-bench-master"}, CHAT))
         rows = {}
         for stream in (False, True):
             samples = asyncio.run(serial(targets, stream, args.requests))
-            for name, url, headers in targets:
-                rps = asyncio.run(throughput(url, stream, args.requests * 3, headers))
+            for name, url, headers, body in targets:
+                rps = asyncio.run(throughput(url, stream, args.requests * 3, headers, body))
                 rows[(name, stream)] = summarise(*samples[name], rps)
                 print(name, "stream" if stream else "json", {k: round(v, 2) for k, v in rows[(name, stream)].items()}, flush=True)
     finally:
         for proc in reversed(procs):
             proc.stop()
-    table = render(rows, args.requests)
+    table = render(rows, args.requests, translation_cost())
     print(table)
     if not args.no_write:
-        write_section("overhead", table)
+        write_section("overhead" if args.litellm_venv else "overhead-apis", table)
     return 0
 
 
-def render(rows: dict[tuple[str, bool], dict[str, float]], n: int) -> str:
+def render(rows: dict[tuple[str, bool], dict[str, float]], n: int, costs: dict[tuple[str, bool], float]) -> str:
     base = {s: rows[("direct to the stub", s)] for s in (False, True)}
     lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}; loopback; {n} requests per path at c=1 "
              f"(paths interleaved in blocks of 20), {3 * n} at c=50.", "",
-             "| path | mode | c=1 median | added | c=1 p95 | c=50 req/s | TTFB median | TTFB added |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| path | mode | c=1 median | added | vs chat path | c=1 p95 | c=50 req/s | TTFB median | TTFB added |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for (name, stream), r in rows.items():
-        b = base[stream]
+        b, chat = base[stream], rows[(CHAT_PATH, stream)]
         added = "—" if name.startswith("direct") else f"+{r['median'] - b['median']:.2f} ms"
+        vs_chat = f"{r['median'] - chat['median']:+.2f} ms" if name.startswith("toolgate, ") and name != CHAT_PATH else "—"
         ttfb_added = "—" if name.startswith("direct") or not stream else f"+{r['ttfb'] - b['ttfb']:.2f} ms"
-        lines.append(f"| {name} | {'stream' if stream else 'json'} | {r['median']:.2f} ms | {added} | {r['p95']:.2f} ms | "
+        lines.append(f"| {name} | {'stream' if stream else 'json'} | {r['median']:.2f} ms | {added} | {vs_chat} | {r['p95']:.2f} ms | "
                      f"{r['rps']:.0f} | {r['ttfb']:.2f} ms | {ttfb_added} |")
+    lines += ["", "The dialects' own CPU work, in-process (parse and translate the body, then render the answer or encode the "
+              "stream's chunks; best of 5):", "", "| path | json | stream | json vs chat | stream vs chat |", "|---|---|---|---|---|"]
+    for name in dict.fromkeys(name for name, _ in costs):
+        json_cost, stream_cost = costs[(name, False)], costs[(name, True)]
+        vs = ("—", "—") if name == CHAT_PATH else (f"{json_cost - costs[(CHAT_PATH, False)]:+.0f} µs",
+                                                   f"{stream_cost - costs[(CHAT_PATH, True)]:+.0f} µs")
+        lines.append(f"| {name.removeprefix('toolgate, ')} | {json_cost:.0f} µs | {stream_cost:.0f} µs | {vs[0]} | {vs[1]} |")
     return "\n".join(lines)
 
 

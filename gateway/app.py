@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,9 +19,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.accounting import RECORD_KEY, RequestRecord
+from gateway.api.chat import ChatDialect
+from gateway.api.dialect import Dialect
+from gateway.api.messages import MessagesDialect
+from gateway.api.responses import ResponsesDialect
 from gateway.chat import ChatHandler
 from gateway.config import Config, load_config
-from gateway.errors import GatewayError, Unauthorized
+from gateway.errors import BadRequest, GatewayError, MethodNotAllowed, ModelNotFound, NotFound, error_response, internal_error
 from gateway.gateway import Gateway
 from gateway.identity import Identity
 from gateway.logs import request_id_var
@@ -60,46 +64,41 @@ class RequestIdMiddleware:
         except Exception:  # a bug: answer with the envelope and the request id, log the traceback
             log.exception("unexpected error")
             if not started_response:
-                body = json.dumps({"error": {"message": f"internal error (request id {request_id})", "type": "server_error",
-                                             "code": "internal_error", "param": None}}).encode()
-                await send_with_id({"type": "http.response.start", "status": 500,
-                                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-                await send_with_id({"type": "http.response.body", "body": body})
+                await error_response(internal_error(request_id), lambda text: text)(scope, receive, send_with_id)
         finally:
             if scope["path"] not in ("/healthz", "/readyz", "/metrics"):
+                record = scope.get(RECORD_KEY)
+                fields = record.fields() if isinstance(record, RequestRecord) else {"status": status}
                 log.info(
-                    "%s %s %s", scope["method"], scope["path"], status,
-                    extra={"status": status, "duration_ms": round((time.perf_counter() - started) * 1000, 2)},
+                    "%s %s %s", scope["method"], scope["path"], fields["status"],
+                    extra={**fields, "duration_ms": round((time.perf_counter() - started) * 1000, 2)},
                 )
             request_id_var.reset(token)
 
 
-def _error_response(gateway: Gateway, exc: GatewayError) -> JSONResponse:
-    body = json.loads(gateway.secrets.scrub(json.dumps(exc.body())))
-    headers = {"www-authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
-    return JSONResponse(body, status_code=exc.status, headers=headers)
-
-
 def _install_error_handlers(app: FastAPI, gateway: Gateway) -> None:
+    scrub = gateway.secrets.scrub
+
     async def gateway_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, GatewayError)
         if exc.status >= 500:
-            log.warning("request failed: %s", gateway.secrets.scrub(exc.message), extra={"status": exc.status, "code": exc.code})
-        return _error_response(gateway, exc)
+            log.warning("request failed: %s", scrub(exc.message), extra={"status": exc.status, "code": exc.code})
+        return error_response(exc, scrub)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        kinds = {404: "not_found", 405: "method_not_allowed"}
-        body = {"error": {"message": f"{request.method} {request.url.path}: {exc.detail}", "type": "invalid_request_error",
-                          "code": kinds.get(exc.status_code, "http_error"), "param": None}}
-        return JSONResponse(body, status_code=exc.status_code)
+        kinds = {404: NotFound, 405: MethodNotAllowed}
+        kind = kinds.get(exc.status_code)
+        error = kind(f"{request.method} {request.url.path}: {exc.detail}") if kind else GatewayError(str(exc.detail), code="http_error")
+        if kind is None:
+            error.status = exc.status_code
+        return error_response(error, scrub)
 
     async def validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         where = ".".join(str(p) for p in first.get("loc", ()))
-        body = {"error": {"message": f"{where}: {first.get('msg')}", "type": "invalid_request_error", "code": "invalid_request", "param": where}}
-        return JSONResponse(body, status_code=400)
+        return error_response(BadRequest(f"{where}: {first.get('msg')}", param=where), scrub)
 
     app.add_exception_handler(GatewayError, gateway_error)
     app.add_exception_handler(HTTPException, http_error)
@@ -132,18 +131,25 @@ def create_app(config: Config) -> FastAPI:
     app = FastAPI(title="toolgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.gateway = gateway
     handler = ChatHandler(gateway)
-
-    async def chat(request: Request) -> Response:
-        return await handler(request)
-
     # Plain Starlette routes on the hot path: FastAPI's dependency solving costs ~0.2 ms a request.
-    app.router.routes.append(Route("/v1/chat/completions", chat, methods=["POST"]))
-    app.router.routes.append(Route("/chat/completions", chat, methods=["POST"]))
+    for path, dialect in (("/v1/chat/completions", ChatDialect()), ("/chat/completions", ChatDialect()),
+                          ("/v1/responses", ResponsesDialect()), ("/responses", ResponsesDialect()),
+                          ("/v1/messages", MessagesDialect())):
+        app.router.routes.append(Route(path, _endpoint(handler, dialect), methods=["POST"]))
+
+    def model_object(name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": 0, "owned_by": "toolgate"}
 
     async def models(request: Request) -> Response:
         gateway.auth.authenticate(request.headers.get("authorization"))
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "toolgate"} for m in gateway.routes]
-        return JSONResponse({"object": "list", "data": data})
+        return JSONResponse({"object": "list", "data": [model_object(m) for m in gateway.routes]})
+
+    async def model(request: Request) -> Response:
+        gateway.auth.authenticate(request.headers.get("authorization"))
+        name = request.path_params["model"]
+        if name not in gateway.routes:
+            raise ModelNotFound(f"model '{name[:200]}' is not served here; GET /v1/models lists the models", param="model")
+        return JSONResponse(model_object(name))
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -153,9 +159,12 @@ def create_app(config: Config) -> FastAPI:
         return JSONResponse({"status": "ready" if ok else "starting", "routes": len(gateway.routes)}, status_code=200 if ok else 503)
 
     async def metrics(request: Request) -> Response:
+        if gateway.config.server.metrics_auth:
+            gateway.auth.authenticate(request.headers.get("authorization"))
         return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.router.routes.append(Route("/v1/models", models, methods=["GET"]))
+    app.router.routes.append(Route("/v1/models/{model:path}", model, methods=["GET"]))
     app.router.routes.append(Route("/healthz", healthz, methods=["GET"]))
     app.router.routes.append(Route("/readyz", readyz, methods=["GET"]))
     app.router.routes.append(Route("/metrics", metrics, methods=["GET"]))
@@ -164,6 +173,13 @@ def create_app(config: Config) -> FastAPI:
     _install_error_handlers(app, gateway)
     app.add_middleware(RequestIdMiddleware)
     return app
+
+
+def _endpoint(handler: ChatHandler, dialect: Dialect) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        return await handler.serve(request, dialect)
+
+    return endpoint
 
 
 def _bridge_service(gateway: Gateway) -> Any:

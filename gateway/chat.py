@@ -1,4 +1,8 @@
-"""`POST /v1/chat/completions` (G1, G2, G4, G6, G7): parse, authenticate, run the chain and loop."""
+"""The request engine (G1, G2, G4, G6, G7, A1, A2): one path for every client dialect.
+
+Authenticate, read and translate the body (gateway.api), pick the route, run the chain and the
+tool loop, and answer in the client's dialect: JSON, or server-sent events of the final turn.
+"""
 
 from __future__ import annotations
 
@@ -15,63 +19,18 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from gateway.accounting import RECORD_KEY, RequestRecord
+from gateway.api.body import parse_object, read_body
+from gateway.api.dialect import Dialect, StreamEncoder, Translation
 from gateway.chain import GatewayTool
 from gateway.conversation import CONVERSATION_HEADER, client_conversation_id, conversation_key
-from gateway.errors import BadRequest, GatewayError, ModelNotFound, PayloadTooLarge, UpstreamTimeout
+from gateway.errors import GatewayError, ModelNotFound, Unauthorized, UpstreamTimeout, error_response, internal_error
 from gateway.gateway import Gateway, Route
 from gateway.logs import request_id_var
-from gateway.loop import TurnIO, run_completion, run_stream
+from gateway.loop import Ending, LoopStats, TurnIO, run_completion, run_stream
 from gateway.plugins import PluginContext
 
 log = logging.getLogger("toolgate.chat")
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing anything over `limit` bytes with 413 (without reading it all)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body is {int(declared)} bytes; the limit is {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def parse_request(raw: bytes) -> dict[str, Any]:
-    """A chat-completion body with the fields the gateway relies on checked (G6)."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise BadRequest("'model' is required and must be a non-empty string", param="model")
-    messages = body.get("messages")
-    if messages is None:
-        raise BadRequest("'messages' is required", param="messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty array of message objects", param="messages")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise BadRequest(f"'messages[{i}]' must be an object with a string 'role'", param=f"messages[{i}]")
-    if body.get("stream") is not None and not isinstance(body["stream"], bool):
-        raise BadRequest("'stream' must be a boolean", param="stream")
-    n = body.get("n")
-    if n is not None and (isinstance(n, bool) or n != 1):
-        # the tool loop and the stream follow one choice; more would be merged or left unchecked
-        raise BadRequest("'n' must be 1: the gateway returns one choice per request", param="n")
-    for name in ("stream_options", "metadata"):
-        if body.get(name) is not None and not isinstance(body[name], dict):
-            raise BadRequest(f"'{name}' must be an object", param=name)
-    tools = body.get("tools")
-    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-        raise BadRequest("'tools' must be an array of tool objects", param="tools")
-    return body
 
 
 def _client_tool_names(body: dict[str, Any]) -> set[str]:
@@ -84,7 +43,7 @@ def _client_tool_names(body: dict[str, Any]) -> set[str]:
 
 
 class ChatHandler:
-    """One instance per app; `__call__` serves one request."""
+    """One instance per app; `serve(request, dialect)` answers one request."""
 
     def __init__(self, gateway: Gateway) -> None:
         self.gw = gateway
@@ -95,11 +54,35 @@ class ChatHandler:
             raise ModelNotFound(f"model '{model}' is not served here; GET /v1/models lists the models", param="model")
         return route
 
-    async def __call__(self, request: Request) -> Response:
+    async def serve(self, request: Request, dialect: Dialect) -> Response:
+        """Answer `request` in `dialect`; every outcome, refusals included, is counted once (A4)."""
         started = time.perf_counter()
-        identity = self.gw.auth.authenticate(request.headers.get("authorization"))
-        body = parse_request(await read_body(request, self.gw.config.server.max_body_bytes))
+        record = RequestRecord(api=dialect.name)
+        request.scope[RECORD_KEY] = record
+        streaming = False
+        try:
+            response = await self._serve(request, dialect, record, started)
+            streaming = isinstance(response, _CleanStream)
+            return response
+        except GatewayError as exc:
+            record.status = exc.status
+            if exc.status >= 500:
+                log.warning("request failed: %s", self.gw.secrets.scrub(exc.message), extra={"status": exc.status, "code": exc.code})
+            return error_response(exc, self.gw.secrets.scrub, dialect.error_body)
+        finally:
+            if not streaming:  # a stream counts itself when it ends
+                record.finish(self.gw.metrics, time.perf_counter() - started)
+
+    async def _serve(self, request: Request, dialect: Dialect, record: RequestRecord, started: float) -> Response:
+        credential = dialect.credential(request.headers)
+        if credential is None and self.gw.auth.mode != "none":
+            raise Unauthorized(f"missing credential: send {dialect.credential_headers}")
+        identity = self.gw.auth.authenticate(credential)
+        record.user = identity.user_id
+        translation = dialect.parse(parse_object(await read_body(request, self.gw.config.server.max_body_bytes)), request.headers)
+        body = translation.chat
         route = self._route(body["model"])
+        record.route = route.config.model
         client_id = client_conversation_id(request.headers.get(CONVERSATION_HEADER), body)
         budget = self.gw.config.server.request_timeout_seconds
         ctx = PluginContext(
@@ -111,38 +94,29 @@ class ChatHandler:
             inspect=lambda item: route.chain.inspect(ctx, item),
         )
         _strip_conversation_metadata(body)
-        status, streaming = 500, False
+        streaming = False
         try:
             async with asyncio.timeout(_remaining(ctx)):
                 upstream_body, table = await self._prepare(route, ctx, body)
                 io = self._turn_io(route, ctx, table, frozenset(_client_tool_names(body)))
                 if body.get("stream"):
-                    client_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                    response = await self._stream(route, ctx, upstream_body, io, client_usage, started)
+                    response = await self._stream(route, ctx, upstream_body, io, translation, record, started)
                     streaming = True  # from here on the stream's own cleanup ends the request
                     return response
                 completion, stats = await run_completion(upstream_body, io)
+            record.take_usage(completion.get("usage"), stats.tool_calls)
             completion["model"] = completion.get("model") or route.config.model
             if stats.tool_calls or stats.cap_reached:
                 completion["toolgate"] = stats.summary()
             completion = await route.chain.after_model(ctx, body, completion)
-            status = 200
-            return Response(json.dumps(completion, ensure_ascii=False), media_type="application/json")
+            record.status = 200
+            return Response(json.dumps(translation.render(completion), ensure_ascii=False), media_type="application/json")
         except TimeoutError:
-            status = 504
             raise _over_budget(budget) from None
-        except GatewayError as exc:
-            status = exc.status
-            raise
         finally:
             if not streaming:
                 with anyio.CancelScope(shield=True):  # a client that left must not leak sessions
                     await route.chain.end_request(ctx)
-                self._count(route, status, started)
-
-    def _count(self, route: Route, status: int, started: float) -> None:
-        self.gw.metrics.requests.labels(route.config.model, str(status)).inc()
-        self.gw.metrics.latency.labels(route.config.model).observe(time.perf_counter() - started)
 
     async def _prepare(self, route: Route, ctx: PluginContext, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, GatewayTool]]:
         """Run `before_model`, gather gateway tools, and build the upstream body."""
@@ -185,15 +159,28 @@ class ChatHandler:
                       client_tools, route.chain.offers_tools)
 
     async def _stream(
-        self, route: Route, ctx: PluginContext, upstream_body: dict[str, Any], io: TurnIO, include_usage: bool, started: float
+        self, route: Route, ctx: PluginContext, upstream_body: dict[str, Any], io: TurnIO,
+        translation: Translation, record: RequestRecord, started: float,
     ) -> Response:
-        chunks = run_stream(upstream_body, io, include_usage)
+        stats = LoopStats()
+        chunks = run_stream(upstream_body, io, translation.include_usage, stats)
+        encoder = translation.encoder()
         first = await chunks.__anext__()  # errors before the first byte keep their HTTP status
-        outcome = {"status": 200}
+        record.status = 200
+        scrub = self.gw.secrets.scrub
+
+        ended = False
+
+        def write(batch: list[dict[str, Any]]) -> bytes:
+            nonlocal ended
+            if isinstance(batch, Ending):  # the stream's end goes out in the same write
+                ended = True
+                return encoder.batch(batch) + encoder.end()
+            return encoder.batch(batch)
 
         async def sse() -> AsyncIterator[bytes]:
             try:
-                yield _events(first)
+                yield write(first)
                 while True:  # the request's deadline bounds the whole stream, not just its first byte
                     try:
                         async with asyncio.timeout(_remaining(ctx)):
@@ -202,26 +189,32 @@ class ChatHandler:
                         break
                     except TimeoutError:
                         raise _over_budget(self.gw.config.server.request_timeout_seconds) from None
-                    yield _events(batch)
+                    yield write(batch)
+                if not ended:
+                    yield encoder.end()
             except GatewayError as exc:
-                outcome["status"] = exc.status
-                log.warning("stream failed after start: %s", self.gw.secrets.scrub(exc.message), extra={"status": exc.status})
-                yield b"data: " + self.gw.secrets.scrub(json.dumps(exc.body(), ensure_ascii=False)).encode() + b"\n\n"
+                record.status = exc.status
+                log.warning("stream failed after start: %s", scrub(exc.message), extra={"status": exc.status})
+                yield _scrubbed(encoder, exc, scrub)
             except (asyncio.CancelledError, GeneratorExit):
-                outcome["status"] = 499  # the client went away; its upstream stream is closed in cleanup
+                record.status = 499  # the client went away; its upstream stream is closed in cleanup
                 raise
             except Exception:
-                outcome["status"] = 500
+                record.status = 500
                 log.exception("stream failed after start")
-                body = {"error": {"message": f"internal error (request id {ctx.request_id})", "type": "server_error", "code": "internal_error", "param": None}}
-                yield b"data: " + json.dumps(body).encode() + b"\n\n"
+                yield encoder.error(internal_error(ctx.request_id))
 
         async def cleanup() -> None:
             await chunks.aclose()
             await route.chain.end_request(ctx)
-            self._count(route, outcome["status"], started)
+            record.take_usage(stats.usage, stats.tool_calls)
+            record.finish(self.gw.metrics, time.perf_counter() - started)
 
         return _CleanStream(sse(), cleanup)
+
+
+def _scrubbed(encoder: StreamEncoder, exc: GatewayError, scrub: Callable[[str], str]) -> bytes:
+    return scrub(encoder.error(exc).decode()).encode()
 
 
 def _over_budget(budget: float) -> UpstreamTimeout:
@@ -231,14 +224,6 @@ def _over_budget(budget: float) -> UpstreamTimeout:
 def _remaining(ctx: PluginContext) -> float:
     """Seconds left of the request's budget (`ctx.deadline`, on `time.monotonic()`)."""
     return max(ctx.deadline - time.monotonic(), 0.0)
-
-
-def _events(batch: list[dict[str, Any]]) -> bytes:
-    """One write for a batch of chunks; the batch that ends the response carries `[DONE]`."""
-    data = b"".join(b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n" for chunk in batch)
-    if any("toolgate" in chunk for chunk in batch):  # only the finishing chunk carries it
-        data += b"data: [DONE]\n\n"
-    return data
 
 
 class _CleanStream(StreamingResponse):

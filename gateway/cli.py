@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from gateway import __version__
 from gateway.config import load_checked
@@ -95,12 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _registrars() -> list:  # type: ignore[type-arg]
-    """The sub-command groups of the plugins and the Bridge (each module has `register`)."""
+def _registrars() -> list[Callable[[Any], None]]:
+    """The sub-command groups of the plugins (declared in their specs) and the Bridge."""
     from gateway.bridge.cli import register as register_bridge
-    from plugins.prompt_guard.cli import register as register_guard
+    from gateway.registry import REGISTRY
 
-    return [register_guard, register_bridge]
+    return [spec.commands for spec in REGISTRY.values() if spec.commands is not None] + [register_bridge]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

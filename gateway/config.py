@@ -13,8 +13,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gateway.bridge.config import BridgeConfig
-from gateway.registry import PluginConfig
-from gateway.secrets import SecretError, SecretRef, resolve_secret
+from gateway.registry import PLUGIN_TYPES, PluginConfig, plugin_id
+from gateway.secrets import SecretError, SecretRef, is_secret_field, resolve_secret
 
 
 class _Strict(BaseModel):
@@ -27,6 +27,9 @@ class ServerSettings(_Strict):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, description="larger bodies get 413")
     request_timeout_seconds: float = Field(default=600, gt=0, description="budget for one request, tool rounds included")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    metrics_auth: bool = Field(
+        default=False, description="GET /metrics needs a credential that `auth` accepts (e.g. an API key for the scraper)"
+    )
 
 
 class ApiKey(_Strict):
@@ -113,31 +116,44 @@ class Config(_Strict):
     bridge: BridgeConfig | None = None
     base_dir: Path = Field(default=Path("."), exclude=True, description="folder of the YAML file")
 
-    def upstream(self, name: str) -> UpstreamConfig:
-        return next(u for u in self.upstreams if u.name == name)
+
+def _entries(data: Any, key: str) -> list[tuple[int, dict[str, Any]]]:
+    """(index, mapping) of each mapping in the list `data[key]` (what is not one is skipped)."""
+    items = data.get(key) if isinstance(data, dict) else None
+    return [(i, item) for i, item in enumerate(items) if isinstance(item, dict)] if isinstance(items, list) else []
 
 
-def reference_problems(config: Config) -> list[tuple[str, str]]:
-    """(dotted path, message) for every reference between sections that does not hold."""
+def reference_problems(data: Any) -> list[tuple[str, str]]:
+    """(dotted path, message) for every reference between sections that does not hold.
+
+    Read from the raw YAML data, so `check` reports these with the schema problems in one pass."""
     problems: list[tuple[str, str]] = []
 
-    def duplicates(values: list[str]) -> set[str]:
+    def duplicates(values: list[Any]) -> set[Any]:
         return {v for v in values if values.count(v) > 1}
 
-    names = [u.name for u in config.upstreams]
-    for i, upstream in enumerate(config.upstreams):
-        if upstream.name in duplicates(names):
-            problems.append((f"upstreams.{i}.name", f"upstream name {upstream.name!r} is used more than once"))
-    models = [r.model for r in config.routes]
-    for i, route in enumerate(config.routes):
-        if route.model in duplicates(models):
-            problems.append((f"routes.{i}.model", f"route model {route.model!r} is used more than once"))
-        if route.upstream not in names:
-            problems.append((f"routes.{i}.upstream", f"names upstream {route.upstream!r}, which is not defined in 'upstreams'"))
-        ids = [p.id for p in route.plugins]
-        for j, plugin in enumerate(route.plugins):
-            if plugin.id in duplicates(ids):
-                problems.append((f"routes.{i}.plugins.{j}.id", f"plugin id {plugin.id!r} is used more than once in this chain"))
+    upstreams = _entries(data, "upstreams")
+    names = [u.get("name") for _, u in upstreams]
+    for i, upstream in upstreams:
+        if upstream.get("name") in duplicates(names):
+            problems.append((f"upstreams.{i}.name", f"upstream name {upstream['name']!r} is used more than once"))
+    routes = _entries(data, "routes")
+    models = [r.get("model") for _, r in routes]
+    for i, route in routes:
+        if route.get("model") in duplicates(models):
+            problems.append((f"routes.{i}.model", f"route model {route['model']!r} is used more than once"))
+        if isinstance(route.get("upstream"), str) and route["upstream"] not in names:
+            problems.append((f"routes.{i}.upstream", f"names upstream {route['upstream']!r}, which is not defined in 'upstreams'"))
+        plugins = _entries(route, "plugins")
+        ids = [plugin_id(p) for _, p in plugins]
+        for j, plugin in plugins:
+            if plugin_id(plugin) in duplicates(ids):
+                problems.append((f"routes.{i}.plugins.{j}.id", f"plugin id {plugin_id(plugin)!r} is used more than once in this chain"))
+    server = data.get("server") if isinstance(data, dict) else None
+    auth = data.get("auth") if isinstance(data, dict) else None
+    mode = auth.get("mode", "none") if isinstance(auth, dict) else "none"
+    if isinstance(server, dict) and server.get("metrics_auth") is True and mode == "none":
+        problems.append(("server.metrics_auth", "needs a credential to check: set auth.mode to api_keys or jwt"))
     return problems
 
 
@@ -150,7 +166,8 @@ class ConfigError(Exception):
 
 
 def _dotted(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("mcp_bridge", "prompt_guard", "function-after[_check_ref(), str]")]
+    """A pydantic error location as the YAML path (union tags and validator names left out)."""
+    parts = [str(p) for p in loc if p not in PLUGIN_TYPES and not str(p).startswith("function-")]
     return ".".join(parts) or "(top level)"
 
 
@@ -158,17 +175,14 @@ def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = No
     """Validate already-parsed YAML/JSON data."""
     if not isinstance(data, dict):
         raise ConfigError([f"{source}: (top level): expected a mapping of sections"])
+    references = [f"{source}: {path}: {message}" for path, message in reference_problems(data)]
     try:
         config = Config.model_validate({**data, "base_dir": base_dir or Path(".")})
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            msg = err["msg"].removeprefix("Value error, ")
-            problems.append(f"{source}: {_dotted(err['loc'])}: {msg}")
-        raise ConfigError(problems) from None
-    references = reference_problems(config)
+        schema = [f"{source}: {_dotted(err['loc'])}: {err['msg'].removeprefix('Value error, ')}" for err in exc.errors()]
+        raise ConfigError(schema + references) from None  # every problem in one pass (A4)
     if references:
-        raise ConfigError([f"{source}: {path}: {message}" for path, message in references])
+        raise ConfigError(references)
     return config
 
 
@@ -188,27 +202,27 @@ def load_config(path: str | Path) -> Config:
 
 
 def unresolvable_secrets(config: Config, source: str) -> list[str]:
-    """Problems for every secret reference that cannot be read now (used by `check` and start-up)."""
+    """Problems for every secret reference that cannot be read now (used by `check` and start-up).
+    Secrets are the fields typed `SecretRef`, in the gateway's models and every plugin's."""
     problems: list[str] = []
 
     def visit(node: Any, loc: str) -> None:
         if isinstance(node, BaseModel):
-            for name in type(node).model_fields:
-                visit(getattr(node, name), f"{loc}.{name}" if loc else name)
+            for name, field in type(node).model_fields.items():
+                value, at = getattr(node, name), f"{loc}.{name}" if loc else name
+                if isinstance(value, str) and is_secret_field(field):
+                    try:
+                        resolve_secret(value, config.base_dir)
+                    except SecretError as exc:
+                        problems.append(f"{source}: {at}: {exc}")
+                else:
+                    visit(value, at)
         elif isinstance(node, list):
             for i, item in enumerate(node):
                 visit(item, f"{loc}.{i}")
-        elif isinstance(node, str) and loc.rsplit(".", 1)[-1] in _SECRET_FIELDS:
-            try:
-                resolve_secret(node, config.base_dir)
-            except SecretError as exc:
-                problems.append(f"{source}: {loc}: {exc}")
 
     visit(config, "")
     return problems
-
-
-_SECRET_FIELDS = {"key", "api_key", "authSecret", "secret", "public_key"}
 
 
 def load_checked(path: str | Path, *, secrets: bool = True) -> tuple[Config | None, list[str]]:

@@ -6,7 +6,11 @@ A single handler (gateway.app) renders any `GatewayError` as the OpenAI envelope
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
+
+from starlette.responses import Response
 
 
 class GatewayError(Exception):
@@ -41,8 +45,16 @@ class NotFound(GatewayError):
     status, type, code = 404, "invalid_request_error", "not_found"
 
 
+class MethodNotAllowed(GatewayError):
+    status, type, code = 405, "invalid_request_error", "method_not_allowed"
+
+
 class ModelNotFound(NotFound):
     code = "model_not_found"
+
+
+class Unavailable(GatewayError):
+    status, type, code = 503, "server_error", "unavailable"
 
 
 class PayloadTooLarge(GatewayError):
@@ -85,5 +97,22 @@ class GuardBlocked(GatewayError):
         )
 
 
-class InternalError(GatewayError):
-    status, type, code = 500, "server_error", "internal_error"
+ErrorShape = Callable[[GatewayError], dict[str, Any]]
+"""Renders an error in one client API's shape (the OpenAI envelope unless a dialect says otherwise)."""
+
+
+def openai_error(exc: GatewayError) -> dict[str, Any]:
+    """The OpenAI envelope `{"error": {"message", "type", "code", "param"}}`."""
+    return exc.body()
+
+
+def error_response(exc: GatewayError, scrub: Callable[[str], str], shape: ErrorShape = openai_error) -> Response:
+    """The one error renderer of every route: `exc` in `shape`, scrubbed of every resolved secret."""
+    raw = scrub(json.dumps(shape(exc), ensure_ascii=False))
+    headers = {"www-authenticate": "Bearer"} if exc.status == 401 else None
+    return Response(raw, status_code=exc.status, media_type="application/json", headers=headers)
+
+
+def internal_error(request_id: str | None) -> GatewayError:
+    """What a client sees of a bug: a 500 naming the request id (the traceback is only logged)."""
+    return GatewayError(f"internal error (request id {request_id})")

@@ -195,10 +195,13 @@ class _ChunkAccumulator:
         return normalise_calls([self.calls[i] for i in sorted(self.calls)])
 
 
-async def run_stream(body: dict[str, Any], io: TurnIO, include_usage: bool) -> AsyncIterator[list[dict[str, Any]]]:
+async def run_stream(
+    body: dict[str, Any], io: TurnIO, include_usage: bool, stats: LoopStats | None = None
+) -> AsyncIterator[list[dict[str, Any]]]:
     """Streaming: yields the batches of chunks the client receives (one write each); the last
-    batch ends with the finishing chunk, which carries a `toolgate` summary, and the usage."""
-    stats = LoopStats()
+    batch is an `Ending`: the finishing chunk, which carries a `toolgate` summary, and the usage.
+    `stats`, when given, is filled in as the loop goes (the caller reads usage and tool calls)."""
+    stats = stats if stats is not None else LoopStats()
     messages = list(body["messages"])
     head: dict[str, Any] | None = None
     role_sent = False
@@ -235,9 +238,14 @@ async def run_stream(body: dict[str, Any], io: TurnIO, include_usage: bool) -> A
         return
 
 
+class Ending(list):  # type: ignore[type-arg]
+    """The last batch of a stream (an explicit value: the writer ends the stream with it, in the
+    same write)."""
+
+
 def _ending(
     head: dict[str, Any] | None, client_calls: list[dict[str, Any]], finish: str | None, stats: LoopStats, include_usage: bool
-) -> list[dict[str, Any]]:
+) -> Ending:
     """The chunks that end a streamed response: the client's tool calls (G7), the finish reason
     with the loop's summary, and the summed usage when the client asked for it."""
     base = {**(head or {}), "object": "chat.completion.chunk"}
@@ -253,4 +261,4 @@ def _ending(
         # the SDK's CompletionUsage has three required counts, even when the upstream reported none
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, **stats.usage}
         chunks.append({**base, "choices": [], "usage": usage})
-    return chunks
+    return Ending(chunks)

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import httpx2
 from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
 
 from gateway.errors import GuardBlocked  # noqa: F401  (re-exported for plugins)
 from gateway.identity import Identity
@@ -99,6 +100,20 @@ class PluginEnv:
     """Folder of the config file: relative `file:` secret references are read from here."""
     secrets: SecretSet | None = None
     """Resolve secrets into this set (`resolve_secret(ref, base_dir, secrets)`) so logs scrub them."""
+
+
+@dataclass(frozen=True)
+class PluginSpec:
+    """How a plugin declares itself to the registry (gateway.registry): its `type` in the YAML,
+    its pydantic config model (`extra="forbid"`, a `type: Literal[...]` field and an `id`; secret
+    fields typed `SecretRef`), and a factory that imports the plugin's code only when a route
+    uses it."""
+
+    type: str
+    config: type[BaseModel]
+    factory: Callable[[Any], "Plugin"]
+    commands: Callable[[Any], None] | None = None
+    """Adds the plugin's `toolgate` sub-commands to the CLI's sub-parsers (imported lazily)."""
 
 
 class Plugin:

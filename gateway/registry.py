@@ -1,43 +1,38 @@
-"""The explicit plugin registry: `{type: (ConfigModel, factory)}`.
+"""The explicit plugin registry: `{type: PluginSpec}`, from the specs the plugins declare.
 
-Factories import their plugin lazily so `toolgate check` and routes without a plugin never pay
-for its dependencies.
+Each plugin package declares a `PluginSpec` (its config model and a lazy factory); the `plugins`
+package lists the ones shipped (`plugins.shipped()`). Nothing here names a plugin type: the YAML
+union of plugin configs is built from the specs, told apart by `type`. Factories import their
+plugin lazily, so `toolgate check` and routes without a plugin never pay for its dependencies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, Field
 
-from gateway.plugins import Plugin
-from plugins.mcp_bridge.config import McpBridgeConfig
-from plugins.prompt_guard.config import PromptGuardConfig
+from gateway.plugins import Plugin, PluginSpec
+from plugins import shipped
 
+REGISTRY: dict[str, PluginSpec] = {spec.type: spec for spec in shipped()}
 
-def _mcp_bridge(config: Any) -> Plugin:
-    from plugins.mcp_bridge.plugin import McpBridgePlugin
+PLUGIN_TYPES = frozenset(REGISTRY)
+"""Every `type` a chain node may have."""
 
-    return McpBridgePlugin(config)
-
-
-def _prompt_guard(config: Any) -> Plugin:
-    from plugins.prompt_guard.plugin import PromptGuardPlugin
-
-    return PromptGuardPlugin(config)
-
-
-REGISTRY: dict[str, tuple[type[BaseModel], Callable[[Any], Plugin]]] = {
-    "mcp_bridge": (McpBridgeConfig, _mcp_bridge),
-    "prompt_guard": (PromptGuardConfig, _prompt_guard),
-}
-
-PluginConfig = Annotated[Union[McpBridgeConfig, PromptGuardConfig], Field(discriminator="type")]
+PluginConfig: Any = Annotated[Union[tuple(spec.config for spec in REGISTRY.values())], Field(discriminator="type")]  # type: ignore[valid-type]
 """A plugin node in a route's chain, told apart by `type`."""
 
 
 def build_plugin(config: BaseModel) -> Plugin:
     """Instantiate the plugin a validated config describes."""
-    _, factory = REGISTRY[config.type]  # type: ignore[attr-defined]
-    return factory(config)
+    return REGISTRY[config.type].factory(config)  # type: ignore[attr-defined]
+
+
+def plugin_id(node: dict[str, Any]) -> Any:
+    """The id a raw YAML chain node will have: its `id`, or its type's default id."""
+    if "id" in node:
+        return node["id"]
+    spec = REGISTRY.get(node.get("type"))  # type: ignore[arg-type]
+    field = spec.config.model_fields.get("id") if spec else None
+    return field.default if field is not None else None

@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, get_args
 
 from pydantic import AfterValidator
+from pydantic.fields import FieldInfo
 
 _REF = re.compile(r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:.+)$")
 
@@ -23,7 +24,20 @@ def _check_ref(value: str) -> str:
 
 
 SecretRef = Annotated[str, AfterValidator(_check_ref)]
-"""A config string that names where a secret lives."""
+"""A config string that names where a secret lives. Typing a config field `SecretRef` is how the
+gateway and every plugin declare a secret: `check` and start-up resolve exactly those fields."""
+
+
+def _names_secret(annotation: Any) -> bool:
+    if annotation == SecretRef:
+        return True
+    return any(_names_secret(arg) for arg in get_args(annotation) if arg is not type(None))
+
+
+def is_secret_field(field: FieldInfo) -> bool:
+    """True for a pydantic field typed `SecretRef` (alone, optional, or in a list)."""
+    validators = [m for m in field.metadata if isinstance(m, AfterValidator)]
+    return any(v.func is _check_ref for v in validators) or _names_secret(field.annotation)
 
 
 class SecretError(ValueError):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from pydantic import ValidationError
 from starlette.requests import Request
@@ -25,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.bridge.api_support import Authenticate, Conflict, caller_of, json_body, object_body, owner_for, rendered
+from gateway.bridge.audit_args import Scrub
 from gateway.bridge.config import BridgeDecl, ConnectionConfig
 from gateway.bridge.federation import CallerScope
 from gateway.bridge.graph import Graph, empty_graph
@@ -44,7 +46,10 @@ class BridgeApi:
         upstreams: Upstreams,
         authenticate: Authenticate,
         endpoint_allowed: Callable[[str], bool] = lambda url: True,
+        *,
+        scrub: Scrub,
     ) -> None:
+        self._scrub = scrub
         self._store = store
         self._upstreams = upstreams
         self._auth = authenticate
@@ -53,15 +58,15 @@ class BridgeApi:
     def routes(self) -> list[BaseRoute]:
         """Starlette routes of the REST API."""
         return [
-            Route("/bridges", rendered(self.list_bridges), methods=["GET"]),
-            Route("/bridges", rendered(self.create_bridge), methods=["POST"]),
-            Route("/bridges/{bridge_id}", rendered(self.get_bridge), methods=["GET"]),
-            Route("/bridges/{bridge_id}", rendered(self.delete_bridge), methods=["DELETE"]),
-            Route("/bridges/{bridge_id}/graph", rendered(self.get_graph), methods=["GET"]),
-            Route("/bridges/{bridge_id}/graph", rendered(self.put_graph), methods=["PUT"]),
-            Route("/connections", rendered(self.list_connections), methods=["GET"]),
-            Route("/connections", rendered(self.create_connection), methods=["POST"]),
-            Route("/connections/{connection_id}", rendered(self.delete_connection), methods=["DELETE"]),
+            Route("/bridges", rendered(self.list_bridges, self._scrub), methods=["GET"]),
+            Route("/bridges", rendered(self.create_bridge, self._scrub), methods=["POST"]),
+            Route("/bridges/{bridge_id}", rendered(self.get_bridge, self._scrub), methods=["GET"]),
+            Route("/bridges/{bridge_id}", rendered(self.delete_bridge, self._scrub), methods=["DELETE"]),
+            Route("/bridges/{bridge_id}/graph", rendered(self.get_graph, self._scrub), methods=["GET"]),
+            Route("/bridges/{bridge_id}/graph", rendered(self.put_graph, self._scrub), methods=["PUT"]),
+            Route("/connections", rendered(self.list_connections, self._scrub), methods=["GET"]),
+            Route("/connections", rendered(self.create_connection, self._scrub), methods=["POST"]),
+            Route("/connections/{connection_id}", rendered(self.delete_connection, self._scrub), methods=["DELETE"]),
         ]
 
     async def _bridge(self, request: Request) -> tuple[CallerScope, BridgeRecord]:
@@ -129,7 +134,7 @@ class BridgeApi:
                 message = f"tool node(s) name a connection that is not part of bridge {bridge.id}: {names}"
                 raise GraphInvalid([GraphProblem("unknown connection", foreign, message)])
         except GraphInvalid as exc:
-            return _graph_rejected(exc)
+            raise GraphRejected(exc) from None
         await self._store.save_graph(bridge.id, graph.dump(), time.time())
         return JSONResponse(graph.dump())
 
@@ -167,11 +172,19 @@ class BridgeApi:
         return Response(status_code=204)
 
 
-def _graph_rejected(exc: GraphInvalid) -> Response:
-    problems = [{"rule": p.rule, "ids": list(p.ids), "message": p.message} for p in exc.problems]
-    body = {"error": {"message": str(exc), "type": "invalid_request_error", "code": "invalid_graph", "param": None,
-                      "problems": problems}}
-    return JSONResponse(body, status_code=400)
+class GraphRejected(BadRequest):
+    """A graph that breaks the rules: the envelope also lists every problem (rule, ids, message)."""
+
+    code = "invalid_graph"
+
+    def __init__(self, exc: GraphInvalid) -> None:
+        super().__init__(str(exc))
+        self.problems = [{"rule": p.rule, "ids": list(p.ids), "message": p.message} for p in exc.problems]
+
+    def body(self) -> dict[str, Any]:
+        body = super().body()
+        body["error"]["problems"] = self.problems
+        return body
 
 
 def _first_error(exc: ValidationError) -> str:

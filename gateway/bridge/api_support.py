@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
+from gateway.api.body import parse_json, read_body
+from gateway.bridge.audit_args import Scrub
 from gateway.bridge.federation import CallerScope, owners_of
-from gateway.errors import BadRequest, Forbidden, GatewayError, PayloadTooLarge
+from gateway.errors import BadRequest, Forbidden, GatewayError, error_response
 from gateway.identity import Identity
 
 Authenticate = Callable[[Request], Awaitable[Identity]]
@@ -27,16 +28,16 @@ class Conflict(GatewayError):
     status, type, code = 409, "invalid_request_error", "conflict"
 
 
-def rendered(fn: Endpoint) -> Endpoint:
-    """Render `GatewayError`s as the OpenAI error envelope, so the routes work in any Starlette app."""
+def rendered(fn: Endpoint, scrub: Scrub) -> Endpoint:
+    """Render `GatewayError`s with the gateway's one renderer (the OpenAI envelope, scrubbed of
+    every resolved secret), so the routes work in any Starlette app."""
 
     @functools.wraps(fn)
     async def endpoint(request: Request) -> Response:
         try:
             return await fn(request)
         except GatewayError as exc:
-            headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-            return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+            return error_response(exc, scrub)
 
     return endpoint
 
@@ -49,22 +50,7 @@ async def caller_of(request: Request, authenticate: Authenticate) -> CallerScope
 
 async def json_body(request: Request) -> Any:
     """The request body as JSON, or 400 saying why not (413 beyond `MAX_BODY_BYTES`)."""
-    too_large = PayloadTooLarge(f"body is larger than {MAX_BODY_BYTES} bytes")
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise too_large
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise too_large
-        chunks.append(chunk)
-    raw = b"".join(chunks)
-    try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequest(f"body is not valid JSON: {exc}") from None
+    return parse_json(await read_body(request, MAX_BODY_BYTES))
 
 
 def object_body(data: Any, allowed: set[str]) -> dict[str, Any]:

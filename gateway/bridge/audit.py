@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from gateway.bridge.records import AuditRecord
 from gateway.bridge.store import BridgeStore
+from gateway.metrics import metric
 
 log = logging.getLogger("toolgate.bridge.audit")
 
@@ -28,10 +29,8 @@ class AuditWriter:
         self._queue: asyncio.Queue[AuditRecord] = asyncio.Queue(maxsize=queue_size)
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
-        self.dropped = Counter(
-            "toolgate_audit_dropped", "Audit records dropped (queue full or store failing)", ["reason"], registry=registry
-        )
-        self.written = Counter("toolgate_audit_written", "Audit records written to the store", registry=registry)
+        self.dropped = metric(registry, Counter, "toolgate_audit_dropped", "Audit records dropped (queue full or store failing)", ["reason"])
+        self.written = metric(registry, Counter, "toolgate_audit_written", "Audit records written to the store")
 
     def start(self) -> None:
         """Start draining the queue in a background task."""

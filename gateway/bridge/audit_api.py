@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.bridge.api_support import Authenticate, caller_of, rendered
+from gateway.bridge.audit_args import Scrub
 from gateway.bridge.records import AuditQuery
 from gateway.bridge.store import BridgeStore
 from gateway.errors import BadRequest
@@ -39,13 +40,14 @@ def parse_time(value: str | None) -> float | None:
 class AuditApi:
     """`GET /audit` over the store."""
 
-    def __init__(self, store: BridgeStore, authenticate: Authenticate) -> None:
+    def __init__(self, store: BridgeStore, authenticate: Authenticate, *, scrub: Scrub) -> None:
+        self._scrub = scrub
         self._store = store
         self._auth = authenticate
 
     def routes(self) -> list[BaseRoute]:
         """The one route."""
-        return [Route("/audit", rendered(self.list_audit), methods=["GET"])]
+        return [Route("/audit", rendered(self.list_audit, self._scrub), methods=["GET"])]
 
     async def list_audit(self, request: Request) -> Response:
         """GET /audit: the caller's own records, newest first."""

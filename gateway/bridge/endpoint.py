@@ -24,10 +24,11 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from gateway.bridge.audit_args import Scrub
 from gateway.bridge.federation import CallerScope, owners_of
 from gateway.bridge.handlers import BridgeHandlers
 from gateway.bridge.store import BridgeStore
-from gateway.errors import GatewayError, NotFound
+from gateway.errors import GatewayError, NotFound, Unavailable, error_response
 from gateway.identity import Identity
 
 log = logging.getLogger("toolgate.bridge.endpoint")
@@ -85,7 +86,8 @@ def _binding(identity: Identity, bridge_id: str | None) -> tuple[str | None, ...
 class McpEndpoint:
     """ASGI app for `/mcp` and `/mcp/{bridge_id}`: auth, bridge scoping, session binding, then the SDK."""
 
-    def __init__(self, store: BridgeStore, authenticate: Authenticate) -> None:
+    def __init__(self, store: BridgeStore, authenticate: Authenticate, *, scrub: Scrub) -> None:
+        self._scrub = scrub
         self.manager: StreamableHTTPSessionManager | None = None
         """Set by the service while it runs (a manager runs once, so each start makes a new one)."""
         self._store = store
@@ -95,15 +97,14 @@ class McpEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         manager = self.manager
         if manager is None:
-            await _json(send, 503, {"error": {"message": "the Bridge is not running", "type": "server_error",
-                                              "code": "unavailable", "param": None}})
+            await error_response(Unavailable("the Bridge is not running"), self._scrub)(scope, receive, send)
             return
         request = Request(scope, receive)
         try:
             identity = await self._authenticate(request)
             caller = await self._caller(identity, scope.get("path_params", {}).get("bridge_id"))
         except GatewayError as exc:
-            await _json(send, exc.status, exc.body(), {"www-authenticate": "Bearer"} if exc.status == 401 else {})
+            await error_response(exc, self._scrub)(scope, receive, send)
             return
         binding = _binding(identity, caller.bridge.id if caller.bridge else None)
         session_id = request.headers.get(MCP_SESSION_ID_HEADER)

@@ -23,6 +23,7 @@ from gateway.bridge.records import AuditAction, AuditRecord
 from gateway.bridge.runner import PipelineFailed, PipelineRefused, plan_run, run_pipeline
 from gateway.bridge.store import BridgeStore
 from gateway.bridge.upstream import UpstreamCallFailed, Upstreams
+from gateway.metrics import metric
 
 log = logging.getLogger("toolgate.bridge.handlers")
 
@@ -44,9 +45,7 @@ class BridgeHandlers:
         scrub: Scrub,
         registry: CollectorRegistry,
     ) -> None:
-        self._calls = Counter(
-            "toolgate_bridge_calls", "Bridge tools/call by action and status", ["action", "status"], registry=registry
-        )
+        self._calls = metric(registry, Counter, "toolgate_bridge_calls", "Bridge tools/call by action and status", ["action", "status"])
         self._store = store
         self._federation = federation
         self._upstreams = upstreams

@@ -65,9 +65,9 @@ class BridgeService:
         self.audit = AuditWriter(self.store, queue_size=config.auditQueueSize, registry=metrics)
         federation = Federation(self.store, self.upstreams, config.api_endpoint_allowed)
         self.handlers = BridgeHandlers(self.store, federation, self.upstreams, self.audit, secrets.scrub, metrics)
-        self._endpoint = McpEndpoint(self.store, authenticate)
-        self._api = BridgeApi(self.store, self.upstreams, authenticate, config.api_endpoint_allowed)
-        self._audit_api = AuditApi(self.store, authenticate)
+        self._endpoint = McpEndpoint(self.store, authenticate, scrub=secrets.scrub)
+        self._api = BridgeApi(self.store, self.upstreams, authenticate, config.api_endpoint_allowed, scrub=secrets.scrub)
+        self._audit_api = AuditApi(self.store, authenticate, scrub=secrets.scrub)
         self._stack: contextlib.AsyncExitStack | None = None
 
     async def start(self) -> None:

@@ -6,27 +6,12 @@ it is also the demo's model, so the gateway runs with no API key.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-
-def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text":
-                parts.append(str(part.get("text", "")))
-            elif isinstance(part, dict):
-                parts.append(f"[{part.get('type', 'part')}]")
-        return "\n".join(parts)
-    return json.dumps(content, ensure_ascii=False)
+from gateway.content import message_text
 
 
 def render(body: dict[str, Any]) -> str:
@@ -36,7 +21,7 @@ def render(body: dict[str, Any]) -> str:
         role = message.get("role", "?") if isinstance(message, dict) else "?"
         lines.append(f"--- message {i + 1}: {role} ---")
         if isinstance(message, dict):
-            lines.append(_content_text(message.get("content")))
+            lines.append(message_text(message.get("content"), placeholders=True))
             for call in message.get("tool_calls") or []:
                 fn = call.get("function", {}) if isinstance(call, dict) else {}
                 lines.append(f"(tool call {fn.get('name')} {fn.get('arguments')})")
@@ -57,7 +42,7 @@ class InspectUpstream:
         self.name = name
 
     def _usage(self, body: dict[str, Any], text: str) -> dict[str, int]:
-        prompt = sum(len(_content_text(m.get("content")).split()) for m in body.get("messages", []) if isinstance(m, dict))
+        prompt = sum(len(message_text(m.get("content"), placeholders=True).split()) for m in body.get("messages", []) if isinstance(m, dict))
         completion = len(text.split())
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 

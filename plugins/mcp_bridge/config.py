@@ -9,8 +9,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.secrets import SecretRef
+from plugins.mcp_bridge.templating import PREFETCH_TOKENS, RESULT_TOKENS, unknown_tokens
 
 _ID = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,31}$")
+
+
+def _known_tokens(value: Any, known: tuple[str, ...]) -> Any:
+    """`value`, or an error naming its first unknown `{{token}}` (a misspelling is never sent as written)."""
+    unknown = unknown_tokens(value, known)
+    if unknown:
+        raise ValueError(f"unknown template token {unknown[0]}; the tokens are " + ", ".join("{{" + n + "}}" for n in known))
+    return value
 
 
 class McpBridgeConfig(BaseModel):
@@ -57,6 +66,16 @@ class McpBridgeConfig(BaseModel):
         if not isinstance(value, dict):
             raise ValueError("a JSON object")
         return value
+
+    @field_validator("prefetchArguments")
+    @classmethod
+    def _argument_tokens(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _known_tokens(value, PREFETCH_TOKENS)
+
+    @field_validator("prefetchResultTemplate")
+    @classmethod
+    def _result_tokens(cls, value: str) -> str:
+        return _known_tokens(value, RESULT_TOKENS)
 
     @model_validator(mode="after")
     def _check(self) -> "McpBridgeConfig":

@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import mcp
-import mcp_types as types
 
 from plugins.mcp_bridge.errors import CallTimeout, McpCallFailed, SessionLost, describe
 
@@ -140,11 +139,6 @@ class McpConnection:
             await asyncio.wait({future})
             if not future.cancelled():
                 return future.result()
-
-    @property
-    def server_capabilities(self) -> types.ServerCapabilities | None:
-        """What the server announced, or None when not connected."""
-        return self._client.server_capabilities if self._client is not None else None
 
     async def run(self, operation: Operation[T], timeout: float) -> T:
         """Run `operation(self, client)` in a job task; at most `timeout` seconds (B17)."""

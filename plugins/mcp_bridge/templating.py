@@ -11,10 +11,25 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.content import message_text
 from gateway.plugins import ChatRequest, PluginContext
 
 TOKEN = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
 PREFETCH_TOKENS = ("last_user_message", "user_id", "org_id", "display_name", "session_id")
+RESULT_TOKENS = ("result",)
+_TOKEN_LIKE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*\}\}")
+
+
+def unknown_tokens(value: Any, known: tuple[str, ...]) -> list[str]:
+    """Every `{{name}}` in the strings of `value` (parsed JSON or text) that is not `known`: a
+    misspelt token would otherwise be sent to the server as written (checked at load, A4)."""
+    if isinstance(value, str):
+        return [m.group(0) for m in _TOKEN_LIKE.finditer(value) if m.group(1) not in known]
+    if isinstance(value, list):
+        return [token for item in value for token in unknown_tokens(item, known)]
+    if isinstance(value, dict):
+        return [token for item in value.values() for token in unknown_tokens(item, known)]
+    return []
 
 
 def substitute(text: str, values: Mapping[str, str]) -> str:
@@ -36,16 +51,6 @@ def substitute_json(value: Any, values: Mapping[str, str]) -> Any:
     if isinstance(value, dict):
         return {key: substitute_json(item, values) for key, item in value.items()}
     return value
-
-
-def message_text(content: Any) -> str:
-    """The text of a chat message's `content`: a string, or the text parts of a list."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = [part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text"]
-        return "\n".join(text for text in texts if isinstance(text, str))
-    return ""
 
 
 def last_user_message(request: ChatRequest) -> str:

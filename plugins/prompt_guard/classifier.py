@@ -42,13 +42,9 @@ def gram_key(name: str) -> Gram:
     return (first.encode(), second.encode()) if second else first.encode()
 
 
-def gram_name(key: Gram) -> str:
-    """The text form of a table key."""
-    return b" ".join(key).decode() if isinstance(key, tuple) else key.decode()
-
-
 class LinearModel:
-    """Windowed linear n-gram classifier; `score(tokens)` returns a probability in [0, 1]."""
+    """Windowed linear n-gram classifier; `logit(tokens)` (or `text_logit`) is its raw score and
+    `text_evidence` the probability as evidence for the scanner's noisy-OR."""
 
     def __init__(
         self, weights: dict[str, float], bias: float, window: int, meta: dict[str, Any] | None = None,
@@ -113,10 +109,6 @@ class LinearModel:
         bi = map(self._bi.get, zip(tokens, islice(tokens, 1, None)), repeat(0.0))
         return map(add, uni, chain(bi, (0.0,)))
 
-    def contributions(self, tokens: Sequence[bytes]) -> list[float]:
-        """Per-position weight: the token's unigram plus the bigram it starts."""
-        return list(self._contributions(tokens))
-
     def logit(self, tokens: Sequence[bytes]) -> float:
         """Bias plus the highest window sum over the tokens (one pass of C-level iterators:
         table lookups, prefix sums, then window differences)."""
@@ -135,40 +127,26 @@ class LinearModel:
             return self._native.logit(normalized, self.window, self.bias)
         return self.logit(normalized.translate(TOKEN_TABLE).split())
 
-    def score(self, tokens: Sequence[bytes]) -> float:
-        """Probability that the tokens contain an injection."""
-        return _sigmoid(self.logit(tokens))
-
-    def evidence(self, tokens: Sequence[bytes]) -> float:
-        """The probability rescaled so that `floor` and below count as no evidence at all.
-
-        The floor is chosen on validation data when the model is trained: below it the
-        classifier's opinion is mostly noise on benign documents, and leaving it out keeps the
-        noisy-OR with the rules from adding that noise up."""
-        return self._rescale(_sigmoid(self.logit(tokens)))
-
     @property
     def native_table(self) -> Any:
         """The compiled n-gram table (for a combined pass with the rules), or None."""
         return self._native
 
     def logit_evidence(self, logit: float) -> float:
-        """`evidence` for a logit computed elsewhere (the combined compiled pass)."""
+        """The evidence (`_rescale`d probability) for a logit computed elsewhere (the combined compiled pass)."""
         return self._rescale(_sigmoid(logit))
 
     def text_evidence(self, normalized: bytes) -> float:
-        """`evidence` of UTF-8 normalised text (see `text_logit`)."""
+        """The evidence (`_rescale`d probability) of UTF-8 normalised text (see `text_logit`)."""
         return self._rescale(_sigmoid(self.text_logit(normalized)))
 
     def _rescale(self, p: float) -> float:
-        return max(0.0, (p - self.floor) / (1.0 - self.floor))
+        """The probability rescaled so that `floor` and below count as no evidence at all.
 
-    def top_features(self, tokens: Sequence[bytes], k: int = 5) -> list[str]:
-        """The n-grams that pushed the score up most (for explanations)."""
-        grams: set[Gram] = set(tokens) | set(zip(tokens, tokens[1:]))
-        weight = {**self._uni, **self._bi}
-        ranked = sorted(((weight.get(g, 0.0), gram_name(g)) for g in grams), reverse=True)
-        return [name for w, name in ranked[:k] if w > 0]
+        The floor is chosen on validation data when the model is trained: below it the
+        classifier's opinion is mostly noise on benign documents, and leaving it out keeps the
+        noisy-OR with the rules from adding that noise up."""
+        return max(0.0, (p - self.floor) / (1.0 - self.floor))
 
 
 def _sigmoid(z: float) -> float:

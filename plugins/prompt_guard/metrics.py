@@ -1,19 +1,16 @@
 """Prometheus metrics of the guard (G9), registered on the app's own `CollectorRegistry`.
 
-Several routes may each have a prompt_guard node while sharing one registry, and a name can be
-registered only once per registry, so the collectors are created once per registry and shared
-(the `guard` label tells the nodes apart).
+Several routes may each have a prompt_guard node while sharing one registry: the collectors are
+shared through `gateway.metrics.metric` (the `guard` label tells the nodes apart).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from weakref import WeakKeyDictionary
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-_BY_REGISTRY: "WeakKeyDictionary[CollectorRegistry, GuardMetrics]" = WeakKeyDictionary()
-"""Cache of collectors per registry (not configuration): lets several nodes share them."""
+from gateway.metrics import metric
 
 
 @dataclass(frozen=True)
@@ -26,22 +23,9 @@ class GuardMetrics:
 
 def guard_metrics(registry: CollectorRegistry) -> GuardMetrics:
     """Collectors for `registry`, created on first call."""
-    found = _BY_REGISTRY.get(registry)
-    if found is None:
-        found = GuardMetrics(
-            verdicts=Counter(
-                "toolgate_guard_verdicts_total",
-                "Guard verdicts per inspected item (allow, block, monitor_block)",
-                ["guard", "verdict", "kind"],
-                registry=registry,
-            ),
-            latency=Histogram(
-                "toolgate_guard_scan_seconds",
-                "Time to scan one inspected item",
-                ["guard"],
-                buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0),
-                registry=registry,
-            ),
-        )
-        _BY_REGISTRY[registry] = found
-    return found
+    return GuardMetrics(
+        verdicts=metric(registry, Counter, "toolgate_guard_verdicts_total",
+                        "Guard verdicts per inspected item (allow, block, monitor_block)", ["guard", "verdict", "kind"]),
+        latency=metric(registry, Histogram, "toolgate_guard_scan_seconds", "Time to scan one inspected item", ["guard"],
+                       buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0)),
+    )

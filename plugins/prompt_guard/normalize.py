@@ -199,8 +199,3 @@ def count_invisible(text: str) -> int:
     if text.isascii():
         return 0
     return len(_INVISIBLE.findall(text))
-
-
-def has_tags(text: str) -> bool:
-    """True when `text` holds Unicode tag characters."""
-    return bool(_TAG_RUN.search(text))

@@ -10,12 +10,11 @@ counted, and the request goes on.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
+from gateway.content import message_text
 from gateway.errors import GuardBlocked
 from gateway.plugins import ChatRequest, InspectItem, Plugin, PluginContext, PluginEnv
 from plugins.prompt_guard.classifier import DEFAULT_MODEL, LinearModel
@@ -76,15 +75,6 @@ def build_guard(config: PromptGuardConfig, base_dir: Path | None = None, native:
         neural=config.detectors.neural,
     )
     return Guard(rules, model, settings, config.disabled_rules, native, onnx, neural)
-
-
-def message_text(content: Any) -> str:
-    """The text of an OpenAI message `content` (a string or a list of parts)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return ""
 
 
 class PromptGuardPlugin(Plugin):
@@ -169,4 +159,5 @@ class PromptGuardPlugin(Plugin):
             "request_id": ctx.request_id,
             "route": ctx.route,
         }
-        log.warning(json.dumps(record, sort_keys=True))
+        # the record's fields become top-level keys of the JSON log line (gateway.logs), not a string in `message`
+        log.warning("guard %s: %s from %s/%s", record["verdict"], item.kind, item.server, item.source, extra=record)

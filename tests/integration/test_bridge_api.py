@@ -161,8 +161,8 @@ async def test_a_body_that_is_not_json_is_refused_with_400_and_an_oversized_one_
         huge = await http.put(f"{bridge.url}/bridges/pipes/graph", content=b" " * (4 * 1024 * 1024 + 1))
         listed = await http.post(f"{bridge.url}/connections", json=["not", "an", "object"])
     assert broken.status_code == 400
-    assert broken.json()["error"]["message"].startswith("body is not valid JSON: ")
-    assert (huge.status_code, huge.json()["error"]["message"]) == (413, "body is larger than 4194304 bytes")
+    assert broken.json()["error"]["message"].startswith("request body is not valid JSON: ")  # the gateway's one body reader
+    assert (huge.status_code, huge.json()["error"]["message"]) == (413, "request body is 4194305 bytes; the limit is 4194304")
     assert (listed.status_code, listed.json()["error"]["message"]) == (400, "body must be a JSON object")
 
 

@@ -49,6 +49,32 @@ def test_models_lists_every_route(upstream: ScriptedUpstream) -> None:
     assert sorted(m.id for m in models.data) == ["assistant", "second"]
 
 
+def test_a_model_is_retrieved_by_id_and_an_unknown_one_is_a_404(upstream: ScriptedUpstream) -> None:
+    # R: A3
+    with running_gateway(simple_config(upstream.url)) as gw:
+        model = client(gw).models.retrieve("assistant")
+        with pytest.raises(openai.NotFoundError) as caught:
+            client(gw).models.retrieve("nope")
+    assert (model.id, model.object, model.owned_by) == ("assistant", "model", "toolgate")
+    assert "model 'nope' is not served here" in caught.value.message
+
+
+def test_every_content_part_the_openai_schema_allows_is_accepted(upstream: ScriptedUpstream) -> None:
+    # R: A3
+    messages = [
+        {"role": "developer", "content": [{"type": "text", "text": "Rules."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Look"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
+                                     {"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}},
+                                     {"type": "file", "file": {"file_id": "f-1"}}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Hm"}, {"type": "refusal", "refusal": "No."}]},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "done"}]},
+    ]
+    with running_gateway(simple_config(upstream.url)) as gw:
+        client(gw).chat.completions.create(model="assistant", messages=messages)  # type: ignore[arg-type]
+    assert upstream.requests[0]["messages"] == messages
+
+
 @pytest.mark.parametrize(
     ("body", "status", "fragment"),
     [
@@ -61,10 +87,25 @@ def test_models_lists_every_route(upstream: ScriptedUpstream) -> None:
         (json.dumps({"model": "assistant", "messages": USER, "stream": "yes"}).encode(), 400, "'stream' must be a boolean"),
         (json.dumps({"model": "nope", "messages": USER}).encode(), 404, "model 'nope' is not served here"),
         (json.dumps({"model": "assistant", "messages": USER, "n": 2, "stream": True}).encode(), 400, "'n' must be 1"),
+        (json.dumps({"model": "assistant", "messages": [{"role": "wizard", "content": "hi"}]}).encode(), 400,
+         "'messages[0].role' is 'wizard'; expected one of system, developer, user, assistant, tool, function"),
+        (json.dumps({"model": "assistant", "messages": [{"role": "system", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}).encode(),
+         400, "'messages[0].content[0].type' is 'image_url'; a system message takes content parts of type text"),
+        (json.dumps({"model": "assistant", "messages": [{"role": "user", "content": [{"type": "text", "text": 3}]}]}).encode(), 400,
+         "'messages[0].content[0].text' must be a string"),
+        (json.dumps({"model": "assistant", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}).encode(),
+         400, "'messages[0].content[0].image_url.url' must be a string"),
+        (json.dumps({"model": "assistant", "messages": [{"role": "user", "content": [{"text": "no type"}]}]}).encode(), 400,
+         "'messages[0].content[0]' must be an object with a string 'type'"),
+        (json.dumps({"model": "assistant", "messages": [{"role": "user", "content": 7}]}).encode(), 400,
+         "'messages[0].content' must be a string or an array of content parts"),
+        (json.dumps({"model": "assistant", "messages": [{"role": "user"}]}).encode(), 400, "'messages[0].content' is required"),
+        (json.dumps({"model": "assistant", "messages": [{"role": "tool", "content": "x"}]}).encode(), 400,
+         "'messages[0].tool_call_id' is required"),
     ],
 )
 def test_bad_requests_get_an_openai_error_envelope(upstream: ScriptedUpstream, body: bytes, status: int, fragment: str) -> None:
-    # R: G6
+    # R: G6, A3
     with running_gateway(simple_config(upstream.url)) as gw:
         response = httpx2.post(gw.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"})
     assert response.status_code == status

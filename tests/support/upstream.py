@@ -39,6 +39,8 @@ class Reply:
     hang: bool = False
     cut_stream_after: int | None = None
     hang_stream_after: int | None = None
+    extra_events: list[Any] = field(default_factory=list)
+    """Stream only: sent after the first content chunk: a dict as a `data:` event, a string as it is."""
 
     def message(self, turn: int) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": self.content}
@@ -109,9 +111,10 @@ class ScriptedUpstream:
 
     async def _sse(self, body: dict[str, Any], reply: Reply, turn: int):  # type: ignore[no-untyped-def]
         base = {"id": f"chatcmpl-scripted-{turn}", "object": "chat.completion.chunk", "created": int(time.time()), "model": body.get("model")}
-        events: list[dict[str, Any]] = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
+        events: list[Any] = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
         for word in (reply.content or "").split(" ") if reply.content else []:
             events.append({**base, "choices": [{"index": 0, "delta": {"content": word + " "}, "finish_reason": None}]})
+        events[2:2] = reply.extra_events
         for i, call in enumerate(reply.message(turn).get("tool_calls", [])):
             fn = call["function"]
             events.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
@@ -129,7 +132,7 @@ class ScriptedUpstream:
                     return
                 if reply.hang_stream_after is not None and n == reply.hang_stream_after:
                     await anyio.to_thread.run_sync(self.release.wait, 60, abandon_on_cancel=True)
-                yield f"data: {json.dumps(event)}\n\n"
+                yield event if isinstance(event, str) else f"data: {json.dumps(event)}\n\n"
             yield "data: [DONE]\n\n"
         finally:
             self.stream_closed.set()

@@ -77,6 +77,48 @@ def test_prefetch_tool_outside_the_filter_is_rejected() -> None:
     assert caught.value.problems == ["cfg: routes.0.plugins.0: prefetchTool 'b' is not in toolFilter (B9)"]
 
 
+def test_check_reports_schema_and_cross_reference_problems_in_one_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # R: A4, G10
+    path = write(tmp_path, """
+server: {port: 99999, metrics_auth: true}
+upstreams: [{name: u, kind: inspect}]
+routes:
+  - model: m
+    upstream: missing
+    plugins: [{type: mcp_bridge, endpoint: "http://x/mcp"}, {type: mcp_bridge, endpoint: "http://y/mcp"}]
+""")
+    assert main(["check", str(path)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{path}: server.port: Input should be less than or equal to 65535",
+        f"{path}: routes.0.upstream: names upstream 'missing', which is not defined in 'upstreams'",
+        f"{path}: routes.0.plugins.0.id: plugin id 'mcp' is used more than once in this chain",
+        f"{path}: routes.0.plugins.1.id: plugin id 'mcp' is used more than once in this chain",
+        f"{path}: server.metrics_auth: needs a credential to check: set auth.mode to api_keys or jwt",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "token"),
+    [
+        ("prefetchArguments", {"query": "{{last_user_mesage}}"}, "{{last_user_mesage}}"),
+        ("prefetchArguments", {"filters": [{"owner": "{{ User_Id }}"}]}, "{{ User_Id }}"),
+        ("prefetchResultTemplate", "Found: {{results}}", "{{results}}"),
+    ],
+)
+def test_unknown_template_tokens_are_config_errors_at_check_and_start_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: object, token: str
+) -> None:
+    # R: A4, B6
+    import json
+
+    node = {"type": "mcp_bridge", "endpoint": "http://x/mcp", "prefetchTool": "search", field: value}
+    path = write(tmp_path, f"upstreams: [{{name: u, kind: inspect}}]\nroutes: [{{model: m, upstream: u, plugins: [{json.dumps(node)}]}}]\n")
+    assert main(["check", str(path)]) == 1
+    assert main(["serve", "--config", str(path)]) == 2  # start-up refuses the same file
+    err = capsys.readouterr().err
+    assert f"{path}: routes.0.plugins.0.{field}: unknown template token {token}; the tokens are" in err
+
+
 def test_secret_references_resolve_from_env_and_files(tmp_path: Path) -> None:
     # R: G8
     (tmp_path / "key.txt").write_text(canary.BOB_KEY + "\n")

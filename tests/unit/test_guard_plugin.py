@@ -13,6 +13,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from gateway.errors import GuardBlocked
 from gateway.identity import ANONYMOUS
+from gateway.logs import JsonFormatter
 from gateway.plugins import InspectItem, PluginContext, PluginEnv
 from plugins.prompt_guard.config import PromptGuardConfig
 from plugins.prompt_guard.plugin import PromptGuardPlugin
@@ -78,14 +79,14 @@ async def test_benign_items_pass_and_are_counted_as_allow() -> None:
 async def test_monitor_mode_logs_a_json_line_and_counts_but_lets_the_item_through(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # R: P2
+    # R: P2, A4
     registry = CollectorRegistry()
     guard = await started(plugin(mode="monitor", id="pg"), registry)
     with caplog.at_level(logging.WARNING, logger="toolgate.guard"):
         await guard.inspect(context(), item(HOSTILE))
     assert guard.counts == {"allow": 0, "block": 0, "monitor_block": 1}
     [record] = [r for r in caplog.records if r.name == "toolgate.guard"]
-    line = json.loads(record.getMessage())
+    line = json.loads(JsonFormatter().format(record))  # the fields are keys of the JSON line, not a string in message
     assert {k: line[k] for k in ("event", "guard", "mode", "verdict", "kind", "server", "source", "request_id")} == {
         "event": "guard_verdict", "guard": "pg", "mode": "monitor", "verdict": "monitor_block",
         "kind": "tool_result", "server": "docs", "source": "get_page", "request_id": "req-1",

@@ -1,0 +1,51 @@
+"""What one client request came to (A4): counted in the metrics, carried by the access log line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.api.dialect import token_counts
+from gateway.metrics import GatewayMetrics
+
+NO_ROUTE = "none"
+"""The route label of a request refused before its route was known (auth, body, validation,
+unknown model): the client's model name never becomes a label."""
+
+RECORD_KEY = "toolgate.request"
+"""Where the record lives in the ASGI scope, for the access log line (gateway.app)."""
+
+
+@dataclass
+class RequestRecord:
+    """Filled in while a request runs; `finish` counts it once."""
+
+    api: str
+    route: str = NO_ROUTE
+    user: str | None = None
+    status: int = 500
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tool_calls: int = 0
+
+    def take_usage(self, usage: Any, tool_calls: int) -> None:
+        """The summed usage of every upstream call (G1) and the gateway tool calls run."""
+        self.prompt_tokens, self.completion_tokens = token_counts(usage)
+        self.tool_calls = tool_calls
+
+    def fields(self) -> dict[str, Any]:
+        """The access log line's fields."""
+        return {
+            "api": self.api, "route": self.route, "user": self.user, "status": self.status,
+            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens, "tool_calls": self.tool_calls,
+        }
+
+    def finish(self, metrics: GatewayMetrics, seconds: float) -> None:
+        """Count the request, its latency and its tokens (by route and user)."""
+        metrics.requests.labels(self.route, str(self.status)).inc()
+        metrics.latency.labels(self.route).observe(seconds)
+        user = self.user or "anonymous"
+        if self.prompt_tokens:
+            metrics.tokens.labels(self.route, user, "prompt").inc(self.prompt_tokens)
+        if self.completion_tokens:
+            metrics.tokens.labels(self.route, user, "completion").inc(self.completion_tokens)

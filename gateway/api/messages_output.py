@@ -1,0 +1,134 @@
+"""The Messages API's output side (A2): content blocks, stop reasons, usage, errors and the event stream.
+
+A stream is `message_start`, then per content block `content_block_start`, its deltas
+(`text_delta` as the model writes; one `input_json_delta` per client tool call) and
+`content_block_stop`, then `message_delta` (stop reason and the usage summed over every upstream
+call) and `message_stop`. A failure after the start is an `error` event.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from gateway.api.dialect import ChatChunk, token_counts
+from gateway.errors import GatewayError
+
+STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
+"""Chat finish reasons as Anthropic stop reasons."""
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error"}
+"""Anthropic error types by HTTP status; any other status (5xx) is an `api_error`."""
+
+
+def new_id(prefix: str) -> str:
+    """An id in the API's style (`msg_…`, `toolu_…`)."""
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+def error_body(exc: GatewayError) -> dict[str, Any]:
+    """`{"type": "error", "error": {"type", "message"}}`."""
+    return {"type": "error", "error": {"type": ERROR_TYPES.get(exc.status, "api_error"), "message": exc.message}}
+
+
+def stop_reason(finish: Any) -> str:
+    return STOP_REASONS.get(finish, "end_turn") if isinstance(finish, str) else "end_turn"
+
+
+def usage_object(usage: Any) -> dict[str, Any]:
+    prompt, completion = token_counts(usage)
+    return {"input_tokens": prompt, "output_tokens": completion}
+
+
+def tool_input(arguments: Any) -> dict[str, Any]:
+    """A tool call's JSON arguments as the object a `tool_use` block carries ({} when not an object)."""
+    try:
+        value = json.loads(arguments) if isinstance(arguments, str) and arguments.strip() else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def tool_use_block(call: dict[str, Any]) -> dict[str, Any]:
+    """A client tool call (chat shape) as a `tool_use` block; its id is the call's id."""
+    fn = call.get("function") or {}
+    return {"type": "tool_use", "id": call.get("id") or new_id("toolu"), "name": fn.get("name"), "input": tool_input(fn.get("arguments"))}
+
+
+class MessagesEncoder:
+    """Chat chunks of the tool loop → Messages events (module docstring)."""
+
+    def __init__(self, message_id: str, model: str) -> None:
+        self._id, self._model = message_id, model
+        self._started = False
+        self._index = 0
+        self._text_open = False
+        self._finish: str | None = None
+        self._usage: Any = None
+
+    @staticmethod
+    def _event(kind: str, data: dict[str, Any]) -> bytes:
+        return b"event: " + kind.encode() + b"\ndata: " + json.dumps({"type": kind, **data}, ensure_ascii=False).encode() + b"\n\n"
+
+    def _start(self) -> list[bytes]:
+        if self._started:
+            return []
+        self._started = True
+        message = {"id": self._id, "type": "message", "role": "assistant", "model": self._model, "content": [],
+                   "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
+        return [self._event("message_start", {"message": message})]
+
+    def _close_text(self) -> list[bytes]:
+        if not self._text_open:
+            return []
+        self._text_open = False
+        self._index += 1
+        return [self._event("content_block_stop", {"index": self._index - 1})]
+
+    def _text(self, text: str) -> list[bytes]:
+        out = []
+        if not self._text_open:
+            self._text_open = True
+            out.append(self._event("content_block_start", {"index": self._index, "content_block": {"type": "text", "text": ""}}))
+        out.append(self._event("content_block_delta", {"index": self._index, "delta": {"type": "text_delta", "text": text}}))
+        return out
+
+    def _tool_use(self, call: dict[str, Any]) -> list[bytes]:
+        out = self._close_text()
+        block = tool_use_block(call)
+        index = self._index
+        self._index += 1
+        partial = json.dumps(block["input"], ensure_ascii=False)
+        return [
+            *out,
+            self._event("content_block_start", {"index": index, "content_block": {**block, "input": {}}}),
+            self._event("content_block_delta", {"index": index, "delta": {"type": "input_json_delta", "partial_json": partial}}),
+            self._event("content_block_stop", {"index": index}),
+        ]
+
+    def batch(self, chunks: list[ChatChunk]) -> bytes:
+        out = self._start()
+        for chunk in chunks:
+            if chunk.get("usage") is not None:
+                self._usage = chunk["usage"]
+            choices = chunk.get("choices") or []
+            choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                out += self._text(delta["content"])
+            for call in delta.get("tool_calls") or []:
+                out += self._tool_use(call)
+            self._finish = choice.get("finish_reason") or self._finish
+        return b"".join(out)
+
+    def end(self) -> bytes:
+        out = self._start() + self._close_text()
+        out.append(self._event("message_delta", {"delta": {"stop_reason": stop_reason(self._finish), "stop_sequence": None},
+                                                 "usage": usage_object(self._usage)}))
+        out.append(self._event("message_stop", {}))
+        return b"".join(out)
+
+    def error(self, exc: GatewayError) -> bytes:
+        return self._event("error", {"error": error_body(exc)["error"]})
