@@ -87,11 +87,11 @@ def _install_error_handlers(app: FastAPI, gateway: Gateway) -> None:
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        kinds = {404: NotFound, 405: MethodNotAllowed}
-        kind = kinds.get(exc.status_code)
-        error = kind(f"{request.method} {request.url.path}: {exc.detail}") if kind else GatewayError(str(exc.detail), code="http_error")
-        if kind is None:
-            error.status = exc.status_code
+        kind = {404: NotFound, 405: MethodNotAllowed}.get(exc.status_code, GatewayError)
+        error = kind(f"{request.method} {request.url.path}: {exc.detail}")
+        if kind is GatewayError:  # any other status Starlette raises keeps its status
+            error.status, error.code = exc.status_code, "http_error"
+            error.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
         return error_response(error, scrub)
 
     async def validation_error(request: Request, exc: Exception) -> Response:

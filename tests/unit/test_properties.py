@@ -414,8 +414,10 @@ def templates(draw: st.DrawFn) -> tuple[list[str], list[str | None]]:
 
 
 def gatherer(arguments: dict[str, Any]) -> ContextGatherer:
-    config = McpBridgeConfig.model_validate({"type": "mcp_bridge", "endpoint": "http://127.0.0.1:9/mcp",
-                                             "prefetchTool": "search", "prefetchArguments": arguments})
+    # The arguments are set after validation: the config refuses unknown `{{tokens}}` (A4), and
+    # these properties check that substitution leaves any that got past it as written.
+    config = McpBridgeConfig.model_validate({"type": "mcp_bridge", "endpoint": "http://127.0.0.1:9/mcp", "prefetchTool": "search"})
+    config = config.model_copy(update={"prefetchArguments": arguments})
 
     async def unused(*args: Any) -> Any:
         raise AssertionError("no call is made to build the arguments")
