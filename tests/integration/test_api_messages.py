@@ -217,3 +217,31 @@ def test_the_routes_chain_runs_for_messages_too_and_a_refusal_comes_in_the_anthr
     assert caught.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
     assert "request refused by prompt_guard: content from client/user" in caught.value.message
     assert upstream.requests == []
+
+
+def test_a_request_shaped_like_claude_codes_is_served(upstream: ScriptedUpstream) -> None:
+    # R: A2
+    body = {
+        "model": "assistant", "max_tokens": 32000, "stream": True, "temperature": 1,
+        "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}},
+                   {"type": "text", "text": "Env: linux."}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "<system-reminder>ctx</system-reminder>"},
+                                                  {"type": "text", "text": "list files", "cache_control": {"type": "ephemeral"}}]}],
+        "tools": [{"name": "Bash", "description": "Run a command.", "input_schema": {
+            "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"],
+            "additionalProperties": False, "$schema": "http://json-schema.org/draft-07/schema#"}}],
+        "metadata": {"user_id": "user_abc_account__session_123"},
+    }
+    upstream.push(Reply(tool_calls=[("Bash", {"command": "ls"})]))
+    with running_gateway(simple_config(upstream.url)) as gw:
+        raw = httpx2.post(gw.url + "/v1/messages", json=body, headers={
+            "x-api-key": "sk-local", "anthropic-version": "2023-06-01", "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14"}).text
+    events = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: ")]
+    tool_use = [e["content_block"] for e in events if e["type"] == "content_block_start"]
+    assert tool_use == [{"type": "tool_use", "id": "call_1_0", "name": "Bash", "input": {}}]
+    assert json.loads(next(e["delta"]["partial_json"] for e in events if e["type"] == "content_block_delta")) == {"command": "ls"}
+    assert [e["delta"]["stop_reason"] for e in events if e["type"] == "message_delta"] == ["tool_use"]
+    sent = upstream.requests[0]
+    assert sent["messages"][0] == {"role": "system", "content": "You are Claude Code.\nEnv: linux."}
+    assert sent["messages"][1] == {"role": "user", "content": "<system-reminder>ctx</system-reminder>\nlist files"}
+    assert (sent["user"], sent["max_tokens"], sent["tools"][0]["function"]["name"]) == ("user_abc_account__session_123", 32000, "Bash")

@@ -205,3 +205,35 @@ def test_metadata_conversation_id_scopes_the_conversation_and_is_not_sent_upstre
         response = client(gw).responses.create(model="assistant", input="hi", metadata={"conversation_id": "c-1", "team": "x"})
     assert response.metadata == {"conversation_id": "c-1", "team": "x"}  # echoed to the client as sent
     assert "metadata" not in upstream.requests[0]
+
+
+def test_a_request_shaped_like_the_agents_sdks_and_codexs_is_served(upstream: ScriptedUpstream) -> None:
+    # R: A1
+    body = {
+        "model": "assistant", "instructions": "You are a coding agent.", "stream": True, "store": False,
+        "include": ["reasoning.encrypted_content"], "parallel_tool_calls": False, "tool_choice": "auto",
+        "reasoning": {"effort": "medium", "summary": "auto"}, "prompt_cache_key": "k-1", "truncation": "disabled",
+        "text": {"format": {"type": "json_schema", "name": "answer", "schema": {"type": "object"}, "strict": True}, "verbosity": "low"},
+        "tools": [{"type": "function", "name": "shell", "description": "Run a command.", "strict": True,
+                   "parameters": {"type": "object", "properties": {"cmd": {"type": "array", "items": {"type": "string"}}},
+                                  "required": ["cmd"], "additionalProperties": False}}],
+        "input": [
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Be careful."}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list files"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"},
+            {"type": "function_call", "id": "fc_1", "call_id": "call_a", "name": "shell", "arguments": '{"cmd":["ls"]}', "status": "completed"},
+            {"type": "function_call_output", "call_id": "call_a", "output": "README.md"},
+            {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+             "content": [{"type": "output_text", "text": "One file.", "annotations": []}]},
+            {"role": "user", "content": "thanks"},
+        ],
+    }
+    with running_gateway(simple_config(upstream.url)) as gw:
+        raw = httpx2.post(gw.url + "/v1/responses", json=body, headers={"authorization": "Bearer sk-local"}).text
+    kinds = [line.removeprefix("event: ") for line in raw.splitlines() if line.startswith("event: ")]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    sent = upstream.requests[0]
+    assert [m["role"] for m in sent["messages"]] == ["system", "system", "user", "assistant", "tool", "assistant", "user"]
+    assert (sent["parallel_tool_calls"], sent["reasoning_effort"], sent["tool_choice"]) == (False, "medium", "auto")
+    assert sent["response_format"] == {"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}, "strict": True}}
+    assert sent["tools"][0]["function"]["strict"] is True
