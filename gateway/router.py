@@ -18,7 +18,6 @@ import asyncio
 import bisect
 import hashlib
 import itertools
-import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 import httpx2
 from starlette.types import Message, Receive, Scope, Send
 
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamError, error_response
 
 log = logging.getLogger("toolgate.router")
 
@@ -109,7 +108,7 @@ class Router:
         try:
             response = await self._http.send(request, stream=True)
         except httpx2.HTTPError as exc:
-            await self._unreachable(send, backend, exc)
+            await self._unreachable(scope, receive, send, backend, exc)
             return
         except ClientGone:
             return
@@ -136,14 +135,11 @@ class Router:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _unreachable(self, send: Send, backend: str, exc: Exception) -> None:
+    async def _unreachable(self, scope: Scope, receive: Receive, send: Send, backend: str, exc: Exception) -> None:
         log.warning("backend %s could not be reached: %s", backend, type(exc).__name__)
         number = self.backends.index(backend) + 1
         error = UpstreamError(f"gateway backend {number} of {len(self.backends)} could not be reached ({type(exc).__name__})")
-        body = json.dumps(error.body()).encode()
-        await send({"type": "http.response.start", "status": error.status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await error_response(error, lambda text: text)(scope, receive, send)  # the message holds no secret
 
 
 class ClientGone(Exception):
