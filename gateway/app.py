@@ -165,6 +165,18 @@ def create_app(config: Config) -> FastAPI:
 
     app.router.routes.append(Route("/v1/models", models, methods=["GET"]))
     app.router.routes.append(Route("/v1/models/{model:path}", model, methods=["GET"]))
+
+    async def stored_response(request: Request) -> Response:
+        raise NotFound(f"{request.url.path}: the gateway stores no responses (send 'store': false or omit it); "
+                       "there is nothing to retrieve, list or cancel")
+
+    async def messages_extra(request: Request) -> Response:
+        error = NotFound(f"{request.url.path}: not served here; this gateway serves POST /v1/messages only "
+                         "(no token counting or batches: it cannot count for its upstream)")
+        return error_response(error, gateway.secrets.scrub, MessagesDialect().error_body)
+
+    app.router.routes.append(Route("/v1/responses/{rest:path}", stored_response, methods=["GET", "POST", "DELETE"]))
+    app.router.routes.append(Route("/v1/messages/{rest:path}", messages_extra, methods=["GET", "POST", "DELETE"]))
     app.router.routes.append(Route("/healthz", healthz, methods=["GET"]))
     app.router.routes.append(Route("/readyz", readyz, methods=["GET"]))
     app.router.routes.append(Route("/metrics", metrics, methods=["GET"]))

@@ -245,3 +245,12 @@ def test_a_request_shaped_like_claude_codes_is_served(upstream: ScriptedUpstream
     assert sent["messages"][0] == {"role": "system", "content": "You are Claude Code.\nEnv: linux."}
     assert sent["messages"][1] == {"role": "user", "content": "<system-reminder>ctx</system-reminder>\nlist files"}
     assert (sent["user"], sent["max_tokens"], sent["tools"][0]["function"]["name"]) == ("user_abc_account__session_123", 32000, "Bash")
+
+
+def test_other_messages_paths_get_a_clear_404_in_the_anthropic_shape(upstream: ScriptedUpstream) -> None:
+    # R: A2, G6
+    with running_gateway(simple_config(upstream.url)) as gw:
+        with pytest.raises(anthropic.NotFoundError) as caught:
+            claude(gw).messages.count_tokens(model="assistant", messages=USER)  # type: ignore[arg-type]
+    assert caught.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    assert "no token counting" in caught.value.message

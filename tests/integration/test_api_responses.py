@@ -237,3 +237,13 @@ def test_a_request_shaped_like_the_agents_sdks_and_codexs_is_served(upstream: Sc
     assert (sent["parallel_tool_calls"], sent["reasoning_effort"], sent["tool_choice"]) == (False, "medium", "auto")
     assert sent["response_format"] == {"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}, "strict": True}}
     assert sent["tools"][0]["function"]["strict"] is True
+
+
+def test_retrieving_a_stored_response_is_a_404_saying_none_are_stored(upstream: ScriptedUpstream) -> None:
+    # R: A1, G6
+    with running_gateway(simple_config(upstream.url)) as gw:
+        with pytest.raises(openai.NotFoundError) as caught:
+            client(gw).responses.retrieve("resp_123")
+        with pytest.raises(openai.NotFoundError):
+            client(gw).responses.delete("resp_123")
+    assert "the gateway stores no responses" in caught.value.message
