@@ -15,7 +15,7 @@ import asyncio
 import copy
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,7 +197,7 @@ class _ChunkAccumulator:
 
 async def run_stream(
     body: dict[str, Any], io: TurnIO, include_usage: bool, stats: LoopStats | None = None
-) -> AsyncIterator[list[dict[str, Any]]]:
+) -> AsyncGenerator[list[dict[str, Any]], None]:
     """Streaming: yields the batches of chunks the client receives (one write each); the last
     batch is an `Ending`: the finishing chunk, which carries a `toolgate` summary, and the usage.
     `stats`, when given, is filled in as the loop goes (the caller reads usage and tool calls)."""

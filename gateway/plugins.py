@@ -16,6 +16,8 @@ A refusal is an exception (`GuardBlocked`), never a special return value.
 
 from __future__ import annotations
 
+import builtins
+
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,7 +112,7 @@ class PluginSpec:
     uses it."""
 
     type: str
-    config: type[BaseModel]
+    config: builtins.type[BaseModel]  # `type` is the YAML key's name here, so the builtin is spelt out
     factory: Callable[[Any], "Plugin"]
     commands: Callable[[Any], None] | None = None
     """Adds the plugin's `toolgate` sub-commands to the CLI's sub-parsers (imported lazily)."""

@@ -23,7 +23,8 @@ def _refuse_block(kind: Any, where: str) -> BadRequest:
 
 
 def _image_part(block: dict[str, Any], where: str) -> dict[str, Any]:
-    source = block.get("source") if isinstance(block.get("source"), dict) else {}
+    raw = block.get("source")
+    source: dict[str, Any] = raw if isinstance(raw, dict) else {}
     if source.get("type") == "base64" and isinstance(source.get("data"), str) and isinstance(source.get("media_type"), str):
         return {"type": "image_url", "image_url": {"url": f"data:{source['media_type']};base64,{source['data']}"}}
     if source.get("type") == "url" and isinstance(source.get("url"), str):

@@ -76,7 +76,7 @@ class MessagesEncoder:
         if self._started:
             return []
         self._started = True
-        message = {"id": self._id, "type": "message", "role": "assistant", "model": self._model, "content": [],
+        message: dict[str, Any] = {"id": self._id, "type": "message", "role": "assistant", "model": self._model, "content": [],
                    "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
         return [self._event("message_start", {"message": message})]
 
@@ -114,8 +114,9 @@ class MessagesEncoder:
             if chunk.get("usage") is not None:
                 self._usage = chunk["usage"]
             choices = chunk.get("choices") or []
-            choice = choices[0] if choices and isinstance(choices[0], dict) else {}
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            choice: dict[str, Any] = choices[0] if choices and isinstance(choices[0], dict) else {}
+            raw_delta = choice.get("delta")
+            delta: dict[str, Any] = raw_delta if isinstance(raw_delta, dict) else {}
             if isinstance(delta.get("content"), str) and delta["content"]:
                 out += self._text(delta["content"])
             for call in delta.get("tool_calls") or []:

@@ -126,8 +126,9 @@ class ResponsesEncoder:
             if chunk.get("usage") is not None:
                 self._usage = chunk["usage"]
             choices = chunk.get("choices") or []
-            choice = choices[0] if choices and isinstance(choices[0], dict) else {}
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            choice: dict[str, Any] = choices[0] if choices and isinstance(choices[0], dict) else {}
+            raw_delta = choice.get("delta")
+            delta: dict[str, Any] = raw_delta if isinstance(raw_delta, dict) else {}
             if isinstance(delta.get("content"), str) and delta["content"]:
                 out += self._text_delta(delta["content"])
             for call in delta.get("tool_calls") or []:
