@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gateway.bridge.config import BridgeConfig
 from gateway.registry import PLUGIN_TYPES, PluginConfig, plugin_id
-from gateway.secrets import SecretError, SecretRef, is_secret_field, resolve_secret
+from gateway.secrets import SecretRef, unreadable_secrets
 
 
 class _Strict(BaseModel):
@@ -186,50 +186,35 @@ def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = No
     return config
 
 
-def load_config(path: str | Path) -> Config:
-    path = Path(path)
+def _read_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
         raise ConfigError([f"{path}: (yaml): not valid YAML at {where}: {getattr(exc, 'problem', exc)}"]) from None
-    return parse_config(data, str(path), path.parent.resolve())
 
 
-def unresolvable_secrets(config: Config, source: str) -> list[str]:
-    """Problems for every secret reference that cannot be read now (used by `check` and start-up).
-    Secrets are the fields typed `SecretRef`, in the gateway's models and every plugin's."""
-    problems: list[str] = []
-
-    def visit(node: Any, loc: str) -> None:
-        if isinstance(node, BaseModel):
-            for name, field in type(node).model_fields.items():
-                value, at = getattr(node, name), f"{loc}.{name}" if loc else name
-                if isinstance(value, str) and is_secret_field(field):
-                    try:
-                        resolve_secret(value, config.base_dir)
-                    except SecretError as exc:
-                        problems.append(f"{source}: {at}: {exc}")
-                else:
-                    visit(value, at)
-        elif isinstance(node, list):
-            for i, item in enumerate(node):
-                visit(item, f"{loc}.{i}")
-
-    visit(config, "")
-    return problems
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    return parse_config(_read_yaml(path), str(path), path.parent.resolve())
 
 
 def load_checked(path: str | Path, *, secrets: bool = True) -> tuple[Config | None, list[str]]:
-    """The config and every problem with it (with `secrets`, also unreadable references), for
-    commands that print problems and exit."""
+    """The config and every problem with it in one pass — schema, references between sections,
+    and (with `secrets`) references that cannot be read — for commands that print problems and exit."""
+    path = Path(path)
     try:
-        config = load_config(path)
+        data = _read_yaml(path)
     except ConfigError as exc:
         return None, exc.problems
-    return config, unresolvable_secrets(config, str(path)) if secrets else []
+    unreadable = [f"{path}: {at}: {message}" for at, message in unreadable_secrets(Config, data, path.parent.resolve())] if secrets else []
+    try:
+        config = parse_config(data, str(path), path.parent.resolve())
+    except ConfigError as exc:
+        return None, exc.problems + unreadable
+    return config, unreadable

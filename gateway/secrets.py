@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, get_args
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BaseModel
 from pydantic.fields import FieldInfo
 
 _REF = re.compile(r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:.+)$")
@@ -62,6 +62,51 @@ class SecretSet:
 
     def __len__(self) -> int:
         return len(self._values)
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold (alone, optional, in a list or a union)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _models_in(arg)]
+
+
+def _model_for(models: list[type[BaseModel]], data: dict[str, Any]) -> type[BaseModel] | None:
+    """The one model for `data`: the only candidate, or the one whose `type` literal matches."""
+    if len(models) == 1:
+        return models[0]
+    for model in models:
+        field = model.model_fields.get("type")
+        if field is not None and data.get("type") in get_args(field.annotation):
+            return model
+    return None
+
+
+def unreadable_secrets(model: type[BaseModel], data: Any, base_dir: Path | None, loc: str = "") -> list[tuple[str, str]]:
+    """(dotted path, message) for every secret reference in raw config `data` (shaped by `model`)
+    that cannot be read now. It walks the raw data, so it reports even when other parts of the
+    file do not validate; secrets are the fields typed `SecretRef`, in any model."""
+    if not isinstance(data, dict):
+        return []
+    problems: list[tuple[str, str]] = []
+    for name, field in model.model_fields.items():
+        if name not in data:
+            continue
+        value, at = data[name], f"{loc}.{name}" if loc else name
+        if is_secret_field(field):
+            if isinstance(value, str) and _REF.match(value):  # a malformed reference is a schema problem
+                try:
+                    resolve_secret(value, base_dir)
+                except SecretError as exc:
+                    problems.append((at, str(exc)))
+            continue
+        models = _models_in(field.annotation)
+        items = list(enumerate(value)) if isinstance(value, list) else [(None, value)]
+        for index, item in items:
+            chosen = _model_for(models, item) if isinstance(item, dict) else None
+            if chosen is not None:
+                problems += unreadable_secrets(chosen, item, base_dir, at if index is None else f"{at}.{index}")
+    return problems
 
 
 def resolve_secret(ref: str, base_dir: Path | None = None, secrets: SecretSet | None = None) -> str:

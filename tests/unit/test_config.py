@@ -77,11 +77,11 @@ def test_prefetch_tool_outside_the_filter_is_rejected() -> None:
     assert caught.value.problems == ["cfg: routes.0.plugins.0: prefetchTool 'b' is not in toolFilter (B9)"]
 
 
-def test_check_reports_schema_and_cross_reference_problems_in_one_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_reports_schema_reference_and_secret_problems_in_one_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # R: A4, G10
     path = write(tmp_path, """
 server: {port: 99999, metrics_auth: true}
-upstreams: [{name: u, kind: inspect}]
+upstreams: [{name: u, kind: openai, api_base: "http://127.0.0.1:9/v1", api_key: env:TG_TEST_UNSET_KEY}]
 routes:
   - model: m
     upstream: missing
@@ -94,6 +94,7 @@ routes:
         f"{path}: routes.0.plugins.0.id: plugin id 'mcp' is used more than once in this chain",
         f"{path}: routes.0.plugins.1.id: plugin id 'mcp' is used more than once in this chain",
         f"{path}: server.metrics_auth: needs a credential to check: set auth.mode to api_keys or jwt",
+        f"{path}: upstreams.0.api_key: environment variable TG_TEST_UNSET_KEY is not set (from env:TG_TEST_UNSET_KEY)",
     ]
 
 

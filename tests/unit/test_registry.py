@@ -7,7 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from gateway.config import parse_config, unresolvable_secrets
+from gateway.config import Config
+from gateway.secrets import unreadable_secrets
 from gateway.registry import REGISTRY, plugin_id
 
 GATEWAY = Path(__file__).resolve().parents[2] / "gateway"
@@ -38,10 +39,13 @@ def test_nothing_in_gateway_names_a_plugin_type_or_imports_a_plugin() -> None:
     assert offenders == []
 
 
-def test_secret_fields_are_found_by_their_type_in_every_plugins_model() -> None:
-    # R: G8, B4
-    config = parse_config({"upstreams": [{"name": "u", "kind": "inspect"}], "routes": [{"model": "m", "upstream": "u", "plugins": [
-        {"type": "mcp_bridge", "endpoint": "http://x/mcp", "authHeaderName": "X-Key", "authSecret": "env:TG_TEST_NOT_SET_ANYWHERE"}]}]}, "cfg")
-    assert unresolvable_secrets(config, "cfg") == [
-        "cfg: routes.0.plugins.0.authSecret: environment variable TG_TEST_NOT_SET_ANYWHERE is not set (from env:TG_TEST_NOT_SET_ANYWHERE)"
+def test_secret_fields_are_found_by_their_type_in_every_plugins_model_even_when_the_file_does_not_validate() -> None:
+    # R: G8, B4, A4
+    data = {"upstreams": [{"name": "u", "kind": "inspect"}], "routes": [{"model": "m", "upstream": "u", "plugins": [
+        {"type": "prompt_guard", "mode": "sometimes"},
+        {"type": "mcp_bridge", "endpoint": "http://x/mcp", "authHeaderName": "X-Key", "authSecret": "env:TG_TEST_NOT_SET_ANYWHERE"}]}],
+        "auth": {"mode": "api_keys", "api_keys": [{"key": "file:missing.key", "user_id": "a"}]}}
+    assert unreadable_secrets(Config, data, Path("/nonexistent")) == [
+        ("auth.api_keys.0.key", "cannot read secret file /nonexistent/missing.key: No such file or directory"),
+        ("routes.0.plugins.1.authSecret", "environment variable TG_TEST_NOT_SET_ANYWHERE is not set (from env:TG_TEST_NOT_SET_ANYWHERE)"),
     ]
