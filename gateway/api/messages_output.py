@@ -34,10 +34,12 @@ def error_body(exc: GatewayError) -> dict[str, Any]:
 
 
 def stop_reason(finish: Any) -> str:
+    """A chat finish reason as an Anthropic stop reason (`end_turn` when there is none)."""
     return STOP_REASONS.get(finish, "end_turn") if isinstance(finish, str) else "end_turn"
 
 
 def usage_object(usage: Any) -> dict[str, Any]:
+    """A chat `usage` (summed over every upstream call) as the Messages `usage`."""
     prompt, completion = token_counts(usage)
     return {"input_tokens": prompt, "output_tokens": completion}
 

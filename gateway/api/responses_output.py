@@ -37,6 +37,7 @@ def usage_object(usage: Any) -> dict[str, Any]:
 
 
 def text_part(text: str) -> dict[str, Any]:
+    """An `output_text` content part."""
     return {"type": "output_text", "text": text, "annotations": []}
 
 
