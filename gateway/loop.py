@@ -238,7 +238,7 @@ async def run_stream(
         return
 
 
-class Ending(list):  # type: ignore[type-arg]
+class Ending(list[dict[str, Any]]):
     """The last batch of a stream (an explicit value: the writer ends the stream with it, in the
     same write)."""
 
