@@ -258,7 +258,7 @@ def export(work: Path, out: Path) -> None:
 
     fused = work / "model.fused.onnx"  # attention, layer norm and GELU fused into onnxruntime's kernels
     optimizer.optimize_model(str(fp32), model_type="bert", num_heads=12, hidden_size=384).save_model_to_file(str(fused))
-    quantize_dynamic(str(fused), str(out / "model.onnx"), weight_type=QuantType.QInt8,
+    quantize_dynamic(str(fused), str(out / "model.onnx"), weight_type=QuantType.QInt8, per_channel=True,
                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     _compare(net, out / "model.onnx")
     (out / "tokenizer.json").write_bytes((base / "tokenizer.json").read_bytes())
@@ -290,7 +290,7 @@ def calibrate(work: Path, out: Path, max_fpr: float) -> None:
         scored.append((detector.probability(row["text"]), int(row["label"] == "injection"), row["kind"]))
     benign = sorted((p for p, y, kind in scored if y == 0 and kind != "prompt"), reverse=True)
     allowed = int(max_fpr * len(benign))
-    threshold = min(0.99, max(0.5, benign[allowed] + 1e-6 if allowed < len(benign) else 0.5))
+    threshold = min(0.9999, max(0.5, benign[allowed] + 1e-6 if allowed < len(benign) else 0.5))
     for name, rows in (("tool output", [r for r in scored if r[2] != "prompt"]), ("prompts", [r for r in scored if r[2] == "prompt"])):
         pos = [p for p, y, _ in rows if y == 1]
         neg = [p for p, y, _ in rows if y == 0]
@@ -344,7 +344,7 @@ def main() -> None:
     c = sub.add_parser("calibrate")
     c.add_argument("--work", type=Path, required=True)
     c.add_argument("--out", type=Path, required=True)
-    c.add_argument("--max-fpr", type=float, default=0.005)
+    c.add_argument("--max-fpr", type=float, default=0.01)
     args = parser.parse_args()
     if args.cmd == "prepare":
         prepare(args.data, args.work)
