@@ -11,28 +11,23 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 import mcp
 
-from plugins.mcp_bridge.errors import CallTimeout, McpCallFailed, SessionLost, describe
+from gateway.mcp.errors import CallTimeout, McpCallFailed, SessionLost, describe, session_ended
+from gateway.mcp.target import SessionWatch, watching
 
-log = logging.getLogger("toolgate.mcp_bridge")
+log = logging.getLogger("toolgate.mcp")
 
 T = TypeVar("T")
-ClientFactory = Callable[[], mcp.Client]
+ClientFactory = Callable[[], AbstractAsyncContextManager[mcp.Client]]
+"""Makes an unopened session: an `mcp.Client`, or `McpClients.session(...)`."""
 Operation = Callable[["McpConnection", mcp.Client], Awaitable[T]]
 
 CLOSE_SECONDS = 10.0
 """Default longest wait for a graceful close (DELETE, process exit) before the task is cancelled."""
-
-
-def sdk_timeout(timeout: float) -> float:
-    """The SDK's own read timeout for calls the gateway bounds at `timeout` (B17): only a backstop,
-    past that bound. The gateway's bound must fire first: cancelling a call makes the SDK tell the
-    server (`notifications/cancelled`, shielded), while an SDK timeout of the same length races the
-    gateway's cancellation, loses that notice, and leaves the server working on a call nobody waits for."""
-    return 2 * timeout
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:
@@ -58,6 +53,8 @@ class McpConnection:
         self.active = 0
         self.last_used = time.monotonic()
         self._memo: dict[str, asyncio.Future[Any]] = {}
+        self.watch = SessionWatch()
+        """Set by the HTTP layer when the server answers this session's id with "no such session"."""
 
     async def open(self, timeout: float) -> None:
         """Start the owning task and wait for the handshake, at most `timeout` seconds (B17).
@@ -94,6 +91,7 @@ class McpConnection:
 
     async def _own(self) -> None:
         assert self._ready is not None
+        watching(self.watch)  # this task's context: the transport's tasks inherit it
         try:
             async with self._factory() as client:
                 self._client = client
@@ -156,6 +154,10 @@ class McpConnection:
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
             raise CallTimeout(f"no answer within {timeout:g}s") from None
+        except Exception as exc:
+            if self.watch.ended and not session_ended(exc):  # a bare 400/404 the SDK reported as a generic error (B16)
+                raise SessionLost("the MCP session ended") from exc
+            raise
         finally:
             self.active -= 1
             self.last_used = time.monotonic()

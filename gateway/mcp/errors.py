@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import httpx2
 from mcp import MCPError
-from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-SESSION_ENDED_MESSAGES = frozenset({"Session not found", "Session terminated"})
+SESSION_ENDED = re.compile(
+    r"session (not found|terminated|expired|unknown)|(no valid|unknown|invalid|missing|expired) session",
+    re.IGNORECASE,
+)
+"""How servers say a session is gone (B16), whatever the error code: the Python SDK's 404 ("Session
+not found", the client's "Session terminated"), the TypeScript SDK's 400 ("Bad Request: No valid
+session ID provided"), and JSON-RPC errors of other servers ("session not found", "Invalid session
+ID", "Unknown session")."""
 UNREADABLE_ANSWER_PREFIX = "SSE stream failed:"
 """How the SDK reports an answer it could not read (an event over its size limit, a broken event
 stream): the session is fine and the same call would fail the same way, so it is not retried."""
@@ -38,11 +46,14 @@ class CallTimeout(McpCallFailed):
 
 
 def session_ended(exc: BaseException) -> bool:
-    """True when the server ended the session: the pool replaces it and retries once (B16)."""
+    """True when the server ended the session: the pool replaces it and retries once (B16).
+
+    A bare HTTP status the SDK could not read an error from (its stand-in "Server returned an error
+    response") is judged by the connection, which saw the status (`SessionWatch`)."""
     if isinstance(exc, SessionLost):
         return True
     if isinstance(exc, MCPError):
-        if exc.code == INVALID_REQUEST and exc.message in SESSION_ENDED_MESSAGES:
+        if SESSION_ENDED.search(exc.message):
             return True
         return exc.code == CONNECTION_CLOSED and not _unreadable_answer(exc)
     return False

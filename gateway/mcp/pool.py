@@ -1,8 +1,8 @@
-"""The session pool (B14–B17): one session per (conversation key, server), closed when idle.
+"""The session pool (B14–B17, F15): one session per slot of one server, closed when idle.
 
-Requests without a conversation key get a session of their own, in a slot named by a token unique
-to the request (never the client-chosen request id), closed when the request ends (B15); the idle
-reaper closes it too should the end never come. A session the server ended is replaced and the
+A slot is named by its owner's policy: mcp_bridge uses the conversation key, or for requests
+without one a token unique to the request (never the client-chosen request id), released when the
+request ends (B15); the Bridge uses the caller. The idle reaper closes whatever is left. A session the server ended is replaced and the
 call retried once (B16). The callers of one slot share a single opening attempt, so a server that
 never answers costs a request one set-up timeout, not one per concurrent call (B17, B18).
 """
@@ -15,11 +15,11 @@ import time
 from functools import partial
 from typing import TypeVar
 
-from plugins.mcp_bridge.connection import ClientFactory, McpConnection, Operation
-from plugins.mcp_bridge.errors import SessionLost, describe, session_ended
-from plugins.mcp_bridge.metrics import BridgeMetrics
+from gateway.mcp.connection import ClientFactory, McpConnection, Operation
+from gateway.mcp.errors import SessionLost, describe, session_ended
+from gateway.mcp.metrics import PoolMetrics
 
-log = logging.getLogger("toolgate.mcp_bridge")
+log = logging.getLogger("toolgate.mcp")
 
 T = TypeVar("T")
 
@@ -37,7 +37,7 @@ class SessionPool:
         server: str,
         timeout: float,
         idle_seconds: float,
-        metrics: BridgeMetrics,
+        metrics: PoolMetrics,
     ) -> None:
         self._factory = factory
         self._server = server

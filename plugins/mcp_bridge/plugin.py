@@ -3,47 +3,23 @@
 from __future__ import annotations
 
 import logging
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx2
-import mcp
-from mcp.client.streamable_http import streamable_http_client
-
+from gateway.mcp.errors import describe
+from gateway.mcp.pool import SessionPool
+from gateway.mcp.target import MAX_SSE_EVENT_BYTES, McpClients, McpTarget
 from gateway.plugins import ChatRequest, Plugin, PluginContext, PluginEnv, ToolResult, ToolSpec
 from gateway.secrets import resolve_secret
 from plugins.mcp_bridge.config import McpBridgeConfig
-from plugins.mcp_bridge.connection import sdk_timeout
 from plugins.mcp_bridge.content import tool_result_text
-from plugins.mcp_bridge.errors import describe
 from plugins.mcp_bridge.injection import inject
 from plugins.mcp_bridge.metrics import BridgeMetrics
 from plugins.mcp_bridge.operations import call_tool, list_tools
-from plugins.mcp_bridge.pool import SessionPool
 from plugins.mcp_bridge.prefetch import TOOL_FAILED, ContextGatherer
 
 log = logging.getLogger("toolgate.mcp_bridge")
-
-PYTHON_NAMES = frozenset({"python", "python3"})
-
-MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024
-MCP_LIMITS = httpx2.Limits(max_connections=None, max_keepalive_connections=200, keepalive_expiry=2.0)
-"""No cap on connections: every open session of a session-ful server holds one for its event
-stream while it lives (B14), so a cap would make the conversation past it wait and fail. Idle
-connections are dropped after 2 s, before a server's own keep-alive (uvicorn: 5 s) closes them
-under a request just being sent."""
-"""Largest server-sent event (one JSON-RPC answer) read from a Streamable HTTP server. The SDK's
-default (1 MiB) failed any tool result over it, though the same result sent as plain JSON passes."""
-
-
-def stdio_parameters(command: list[str], cwd: Path | None = None) -> mcp.StdioServerParameters:
-    """How to start a stdio server; a bare `python`/`python3` means this interpreter (venvs work)."""
-    program, *args = command
-    if program in PYTHON_NAMES:
-        program = sys.executable
-    return mcp.StdioServerParameters(command=program, args=args, cwd=cwd)
 
 
 def secret_forms(secret: str) -> tuple[str, ...]:
@@ -66,29 +42,36 @@ class McpBridgePlugin(Plugin):
         self._allowed = frozenset(config.toolFilter)
         self._secret: str | None = None
         self._redact: tuple[str, ...] = ()
-        self._http: httpx2.AsyncClient | None = None
+        self._clients: McpClients | None = None
         self._pool: SessionPool | None = None
         self._metrics: BridgeMetrics | None = None
         self._gatherer: ContextGatherer | None = None
-        self._cwd: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self, env: PluginEnv) -> None:
         """Resolve the secret, open the shared HTTP client, start the pool and its metrics."""
-        base_dir = env.base_dir
-        self._cwd = base_dir
+        base_dir: Path = env.base_dir
         if self.config.authSecret is not None:
             self._secret = resolve_secret(self.config.authSecret, base_dir, env.secrets)
             self._redact = secret_forms(self._secret)
             if env.secrets is not None:
                 for form in self._redact:
                     env.secrets.add(form)
-        headers = {self.config.authHeaderName: self._secret} if self.config.authHeaderName and self._secret else {}
-        self._http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300), limits=MCP_LIMITS)
+        auth = (self.config.authHeaderName, self._secret) if self.config.authHeaderName and self._secret else None
+        target = McpTarget(
+            label=self.id,
+            endpoint=self.config.endpoint,
+            command=tuple(self.config.command) if self.config.command else None,
+            cwd=base_dir,
+            auth_header=auth,
+            protocol=self.config.protocol,
+            timeout=self.config.timeoutSeconds,
+        )
+        self._clients = McpClients(MAX_SSE_EVENT_BYTES)
         self._metrics = BridgeMetrics(env.metrics, self.id)
         self._pool = SessionPool(
-            self._client,
+            self._clients.factory(target),
             server=self.id,
             timeout=self.config.timeoutSeconds,
             idle_seconds=self.config.sessionIdleSeconds,
@@ -101,18 +84,8 @@ class McpBridgePlugin(Plugin):
         """Close every session (DELETE for session-ful servers), then the HTTP client."""
         if self._pool is not None:
             await self._pool.close()
-        if self._http is not None:
-            await self._http.aclose()
-
-    def _client(self) -> mcp.Client:
-        """A new, unconnected SDK client for this server (one per session)."""
-        timeout = self.config.timeoutSeconds
-        if self.config.command:
-            target: Any = stdio_parameters(self.config.command, self._cwd)
-        else:
-            assert self._http is not None and self.config.endpoint is not None
-            target = streamable_http_client(self.config.endpoint, http_client=self._http, max_sse_event_size=MAX_SSE_EVENT_BYTES)
-        return mcp.Client(target, mode=self.config.protocol, read_timeout_seconds=sdk_timeout(timeout), cache=None)
+        if self._clients is not None:
+            await self._clients.close()
 
     @property
     def pool(self) -> SessionPool:

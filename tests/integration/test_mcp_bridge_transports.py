@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from plugins.mcp_bridge.plugin import stdio_parameters
+from gateway.mcp.target import stdio_parameters
 from tests.support.http_server import serve
 from tests.support.mcp_bridge import context, metric, running_bridge
 from tests.support.mcp_servers import McpServerState, http_app

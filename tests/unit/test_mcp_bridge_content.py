@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from plugins.mcp_bridge.content import resource_contents_text, tool_result_text
-from plugins.mcp_bridge.errors import describe, session_ended
+from gateway.mcp.errors import describe, session_ended
 from mcp import MCPError
 from tests.support.mcp_bridge import bridge_config
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from plugins.mcp_bridge.connection import McpConnection
-from plugins.mcp_bridge.errors import CallTimeout, SessionLost
+from gateway.mcp.connection import McpConnection
+from gateway.mcp.errors import CallTimeout, SessionLost
 from plugins.mcp_bridge.metrics import BridgeMetrics
 from plugins.mcp_bridge.plugin import secret_forms
-from plugins.mcp_bridge.pool import SessionPool
+from gateway.mcp.pool import SessionPool
 
 
 class SilentServer:
