@@ -74,6 +74,9 @@ class BridgeConfig(BaseModel):
     bridges: list[BridgeDecl] = Field(default_factory=list)
     auditQueueSize: int = Field(default=10_000, ge=1, description="records waiting to be written; beyond: dropped")
     toolListTtlSeconds: float = Field(default=30.0, ge=0, description="how long a connection's tool list is reused")
+    sessionIdleSeconds: float = Field(
+        default=300.0, gt=0, description="a caller's upstream session of a connection is closed this long after its last call (F15)"
+    )
     allowedHosts: list[str] = Field(
         default_factory=list, description="Host values accepted on /mcp (DNS-rebinding protection); empty: any"
     )

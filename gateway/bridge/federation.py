@@ -49,6 +49,15 @@ class CallerScope:
         return "federation" if self.bridge is None else f"bridge:{self.bridge.id}"
 
     @property
+    def session_key(self) -> str:
+        """Whose upstream sessions these are (F15): the user and org, or for an anonymous caller its
+        credential's fingerprint. Two callers never share a key, so never a session."""
+        identity = self.identity
+        if identity.is_anonymous:
+            return f"anonymous|{identity.credential_fp or ''}"
+        return f"user|{identity.user_id or ''}|{identity.org_id or ''}"
+
+    @property
     def actor_id(self) -> str:
         """The audit actor: the user id (escaped like its owner key), else the org, else `anonymous`."""
         return self.owners[0]

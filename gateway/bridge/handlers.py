@@ -114,7 +114,9 @@ class BridgeHandlers:
         if resolved is None:
             return error_result(f"unknown tool: {name}")
         try:
-            result = await self._upstreams.call_tool(resolved.connection, resolved.upstream_name, arguments)
+            result = await self._upstreams.call_tool_as(
+                scope.session_key, resolved.connection, resolved.upstream_name, arguments
+            )
         except UpstreamCallFailed as exc:
             return error_result(f"tool {name} failed: {exc}")
         # The upstream's `_meta` (its server info, its own hints) is not the Bridge's to pass on.

@@ -59,9 +59,14 @@ class BridgeService:
         secrets: SecretSet,
         store: BridgeStore | None = None,
     ) -> None:
+        """`http` is the app's client for REST-side fetches; MCP sessions use the layer's own clients
+        (gateway/mcp: session watch, no connection cap, one per credential)."""
         self.config = config
         self.store: BridgeStore = store if store is not None else SqliteStore(database_path(config, base_dir))
-        self.upstreams = Upstreams(http, base_dir=base_dir, secrets=secrets, list_ttl=config.toolListTtlSeconds)
+        self.upstreams = Upstreams(
+            base_dir=base_dir, secrets=secrets, list_ttl=config.toolListTtlSeconds,
+            idle_seconds=config.sessionIdleSeconds, registry=metrics,
+        )
         self.audit = AuditWriter(self.store, queue_size=config.auditQueueSize, registry=metrics)
         federation = Federation(self.store, self.upstreams, config.api_endpoint_allowed)
         self.handlers = BridgeHandlers(self.store, federation, self.upstreams, self.audit, secrets.scrub, metrics)

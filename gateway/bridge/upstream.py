@@ -1,9 +1,13 @@
-"""Calls to the connections' MCP servers: list their tools, call one tool on a fresh session (F10).
+"""The Bridge's client side, on the shared MCP client layer (gateway/mcp): its session policy.
 
-Every call opens a session, does one thing and closes it, inside its own task so that a server
-dying mid-call (the SDK then cancels the task owning the client) never cancels the caller. The
-first connect to a connection probes the protocol (`mode="auto"`); when the server speaks the
-stateless 2026-07-28 protocol its discover result is reused so later calls skip the probe.
+- Federated tool calls (outside pipelines) reuse one session per caller × connection, never
+  shared between callers, closed when idle; a session the server ended is replaced and the call
+  retried once (F15, B16).
+- Pipeline nodes open a new session per call (F10); the discovery cache means none of them probes
+  the server's protocol again, and the session is closed in the background after the answer.
+- A connection's tool list is kept `toolListTtlSeconds` (routing a call needs no I/O).
+Every session lives in its own task (`McpConnection`), so a connection dying mid-call never
+cancels the Bridge's handler.
 """
 
 from __future__ import annotations
@@ -11,25 +15,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-import httpx2
 import mcp_types as types
-from mcp import Client, MCPError
-from mcp.client.streamable_http import streamable_http_client
-from mcp_types import HEADER_MISMATCH
+from prometheus_client import CollectorRegistry
 
 from gateway.bridge.records import ConnectionRecord
+from gateway.mcp.connection import McpConnection, Operation
+from gateway.mcp.errors import CallTimeout, describe
+from gateway.mcp.metrics import PoolMetrics
+from gateway.mcp.operations import all_pages, relay_tool_call
+from gateway.mcp.pool import SessionPool
+from gateway.mcp.target import McpClients, McpTarget
 from gateway.secrets import SecretSet, resolve_secret
 
 log = logging.getLogger("toolgate.bridge.upstream")
 
 T = TypeVar("T")
 CALL_TIMEOUT_SECONDS = 30.0
-MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024
-"""The largest answer read as one streamed event (the SDK's default is 1 MiB; as mcp_bridge)."""
+SESSION_IDLE_SECONDS = 300.0
 
 
 class UpstreamCallFailed(Exception):
@@ -37,133 +42,134 @@ class UpstreamCallFailed(Exception):
 
 
 class Upstreams:
-    """The Bridge's client side: one `httpx2` client per credentialed connection, the shared one otherwise."""
+    """Targets, pools and tool lists of the Bridge's connections."""
 
     def __init__(
-        self, http: httpx2.AsyncClient, *, base_dir: Path, secrets: SecretSet, list_ttl: float, timeout: float = CALL_TIMEOUT_SECONDS
+        self,
+        *,
+        base_dir: Path,
+        secrets: SecretSet,
+        list_ttl: float,
+        timeout: float = CALL_TIMEOUT_SECONDS,
+        idle_seconds: float = SESSION_IDLE_SECONDS,
+        registry: CollectorRegistry | None = None,
     ) -> None:
-        self._http = http
         self._base_dir = base_dir
         self._secrets = secrets
         self._list_ttl = list_ttl
         self.timeout = timeout
-        self._clients: dict[tuple[str, str, str], httpx2.AsyncClient] = {}
-        self._tools: dict[str, tuple[float, str, list[types.Tool]]] = {}
-        self._discovered: dict[str, tuple[str, types.DiscoverResult]] = {}
-        self._needs_listing: set[tuple[str, str]] = set()
-        """(connection, tool) pairs whose server wants Mcp-Param headers: listed before each call."""
+        self._idle = idle_seconds
+        self._metrics = PoolMetrics(registry if registry is not None else CollectorRegistry(), "bridge")
+        self.clients = McpClients()
+        self._targets: dict[str, tuple[ConnectionRecord, McpTarget]] = {}
+        self._pools: dict[str, tuple[McpTarget, SessionPool]] = {}
+        self._tools: dict[str, tuple[float, McpTarget, list[types.Tool]]] = {}
+        self._needs_listing: dict[str, set[str]] = {}
+        """Tools per connection whose server wants Mcp-Param headers: listed before each call."""
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
-        """Close the per-connection clients (the shared one belongs to the caller)."""
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            await client.aclose()
+        """Close every pooled session (DELETE), wait for background closes, close the HTTP clients."""
+        pools, self._pools = [p for _, p in self._pools.values()], {}
+        await asyncio.gather(*(p.close() for p in pools), return_exceptions=True)
+        if self._closing:
+            await asyncio.wait(set(self._closing))
+        await self.clients.close()
 
     def forget(self, connection_id: str) -> None:
-        """Drop what is cached about a connection (after it changed or was deleted)."""
+        """Drop what is known about a connection (after it changed or was deleted); its sessions close."""
         self._tools.pop(connection_id, None)
-        self._discovered.pop(connection_id, None)
-        self._needs_listing = {pair for pair in self._needs_listing if pair[0] != connection_id}
+        self._needs_listing.pop(connection_id, None)
+        known = self._targets.pop(connection_id, None)
+        if known is not None:
+            self.clients.forget(known[1])
+        pooled = self._pools.pop(connection_id, None)
+        if pooled is not None:
+            self._in_background(pooled[1].close())
+
+    def target(self, conn: ConnectionRecord) -> McpTarget:
+        """The layer's target for a connection; the secret is resolved once per record."""
+        known = self._targets.get(conn.id)
+        if known is not None and known[0] == conn:
+            return known[1]
+        if known is not None:
+            self.forget(conn.id)
+        auth = None
+        if conn.auth_header_name and conn.auth_secret:
+            auth = (conn.auth_header_name, resolve_secret(conn.auth_secret, self._base_dir, self._secrets))
+        target = McpTarget(label=conn.id, endpoint=conn.endpoint, auth_header=auth, timeout=self.timeout)
+        self._targets[conn.id] = (conn, target)
+        return target
+
+    def sessions_open(self, connection_id: str) -> int:
+        """Pooled sessions of a connection open now (all callers)."""
+        pooled = self._pools.get(connection_id)
+        return pooled[1].size if pooled is not None else 0
 
     async def list_tools(self, conn: ConnectionRecord) -> list[types.Tool]:
         """The connection's tools, reused for `toolListTtlSeconds`."""
+        target = self.target(conn)
         cached = self._tools.get(conn.id)
         now = time.monotonic()
-        if cached is not None and cached[1] == conn.endpoint and now - cached[0] < self._list_ttl:
+        if cached is not None and cached[1] is target and now - cached[0] < self._list_ttl:
             return cached[2]
 
-        async def op(client: Client) -> list[types.Tool]:
-            tools: list[types.Tool] = []
-            cursor: str | None = None
-            for _ in range(100):
-                page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
-                tools.extend(page.tools)
-                cursor = page.next_cursor
-                if not cursor:
-                    break
-            return tools
+        async def listing(connection: McpConnection, client: object) -> list[types.Tool]:
+            return await all_pages(client.list_tools, "tools")  # type: ignore[attr-defined]
 
-        tools = await self._isolated(self._with_session(conn, op), f"list tools of {conn.id}")
-        self._tools[conn.id] = (now, conn.endpoint, tools)
+        tools = await self._fresh(target, listing, f"list tools of {conn.id}")
+        self._tools[conn.id] = (now, target, tools)
         return tools
 
     async def call_tool(self, conn: ConnectionRecord, tool: str, arguments: dict[str, object]) -> types.CallToolResult:
-        """Call `tool` on a fresh session; raises `UpstreamCallFailed` on any transport or protocol failure."""
+        """Call `tool` on a new session (a pipeline node, F10); raises `UpstreamCallFailed`."""
+        target = self.target(conn)
+        operation = relay_tool_call(tool, dict(arguments), self.timeout, self._needs_listing.setdefault(conn.id, set()))
+        return await self._fresh(target, operation, f"call {tool} on {conn.id}")
 
-        async def op(client: Client) -> types.CallToolResult:
-            # `Client.call_tool` lists the tools first on every fresh session (to validate the
-            # output and mirror Mcp-Param headers): one more round trip per node. The Bridge relays
-            # results (the end client validates them), so it sends the call alone and takes the
-            # SDK's list-then-call path only when a server insists on Mcp-Param headers.
-            if (conn.id, tool) not in self._needs_listing:
-                request = types.CallToolRequest(params=types.CallToolRequestParams(name=tool, arguments=arguments))
-                try:
-                    return await client.session.send_request(
-                        request, types.CallToolResult, request_read_timeout_seconds=self.timeout
-                    )
-                except MCPError as exc:
-                    if exc.code != HEADER_MISMATCH:
-                        raise
-                self._needs_listing.add((conn.id, tool))
-            await client.list_tools()
-            return await client.call_tool(tool, arguments, read_timeout_seconds=self.timeout)
-
-        return await self._isolated(self._with_session(conn, op), f"call {tool} on {conn.id}")
-
-    async def _with_session(self, conn: ConnectionRecord, op: Callable[[Client], Awaitable[T]]) -> T:
-        http = self._client_for(conn)
-        known = self._discovered.get(conn.id)
-        transport = streamable_http_client(conn.endpoint, http_client=http, max_sse_event_size=MAX_SSE_EVENT_BYTES)
-        if known is not None:
-            client = Client(transport, mode=known[0], prior_discover=known[1], cache=None)
-        else:
-            client = Client(transport, cache=None)
+    async def call_tool_as(
+        self, caller: str, conn: ConnectionRecord, tool: str, arguments: dict[str, object]
+    ) -> types.CallToolResult:
+        """Call `tool` on the caller's own pooled session of `conn` (F15); raises `UpstreamCallFailed`."""
+        target = self.target(conn)
+        operation = relay_tool_call(tool, dict(arguments), self.timeout, self._needs_listing.setdefault(conn.id, set()))
+        pool = self._pool(conn.id, target)
         try:
-            async with client:
-                discovered = client.session.discover_result
-                if known is None and discovered is not None and client.protocol_version is not None:
-                    self._discovered[conn.id] = (client.protocol_version, discovered)
-                return await op(client)
-        except BaseException:
-            self._discovered.pop(conn.id, None)
-            raise
+            return await pool.run(caller, "", operation)
+        except Exception as exc:
+            raise self._failure(f"call {tool} on {conn.id}", exc) from exc
 
-    async def _isolated(self, coro: Awaitable[T], what: str) -> T:
-        task = asyncio.ensure_future(coro)
+    def _pool(self, connection_id: str, target: McpTarget) -> SessionPool:
+        pooled = self._pools.get(connection_id)
+        if pooled is not None and pooled[0] is target:
+            return pooled[1]
+        if pooled is not None:
+            self._in_background(pooled[1].close())
+        pool = SessionPool(
+            self.clients.factory(target), server=connection_id, timeout=self.timeout, idle_seconds=self._idle,
+            metrics=self._metrics,
+        )
+        pool.start()
+        self._pools[connection_id] = (target, pool)
+        return pool
+
+    async def _fresh(self, target: McpTarget, operation: Operation[T], what: str) -> T:
+        """Open a session, run one operation, close the session after answering."""
+        connection = McpConnection(self.clients.factory(target), f"{target.label}/once")
         try:
-            done, _ = await asyncio.wait({task}, timeout=self.timeout)
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        if not done:
-            task.cancel()
-            await asyncio.wait({task})
-            raise UpstreamCallFailed(f"{what}: timed out after {self.timeout:g}s")
-        if task.cancelled():
-            raise UpstreamCallFailed(f"{what}: the connection was closed")
-        exc = task.exception()
-        if exc is not None:
-            raise UpstreamCallFailed(f"{what}: {self._secrets.scrub(_describe(exc))}") from exc
-        return task.result()
+            await connection.open(self.timeout)
+            return await connection.run(operation, self.timeout)
+        except Exception as exc:
+            raise self._failure(what, exc) from exc
+        finally:
+            self._in_background(connection.close(min(self.timeout, 10.0)))
 
-    def _client_for(self, conn: ConnectionRecord) -> httpx2.AsyncClient:
-        if not conn.auth_header_name or not conn.auth_secret:
-            return self._http
-        key = (conn.id, conn.auth_header_name, conn.auth_secret)
-        client = self._clients.get(key)
-        if client is None:
-            value = resolve_secret(conn.auth_secret, self._base_dir, self._secrets)
-            client = httpx2.AsyncClient(
-                headers={conn.auth_header_name: value}, timeout=httpx2.Timeout(self.timeout, read=300),
-                limits=httpx2.Limits(max_connections=None, max_keepalive_connections=100, keepalive_expiry=2.0),
-            )
-            self._clients[key] = client
-        return client
+    def _failure(self, what: str, exc: BaseException) -> UpstreamCallFailed:
+        if isinstance(exc, CallTimeout):
+            return UpstreamCallFailed(f"{what}: timed out after {self.timeout:g}s")
+        return UpstreamCallFailed(f"{what}: {self._secrets.scrub(describe(exc))}")
 
-
-def _describe(exc: BaseException) -> str:
-    """A short, secret-free description of what went wrong (the innermost error's type and message)."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    text = str(exc).splitlines()[0][:200] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    def _in_background(self, closing: object) -> None:
+        task = asyncio.ensure_future(closing)  # type: ignore[arg-type]
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)

@@ -63,12 +63,14 @@ async def test_a_tool_call_that_outlives_the_timeout_fails_as_timed_out() -> Non
     # R: F11
     log = CallLog()
     with serve(tool_server(log, delay=5)) as server:
-        async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)) as http:
-            upstreams = Upstreams(http, base_dir=Path("."), secrets=SecretSet(), list_ttl=30, timeout=0.3)
+        upstreams = Upstreams(base_dir=Path("."), secrets=SecretSet(), list_ttl=30, timeout=0.3)
+        try:
             conn = ConnectionRecord("slow", "alice", f"{server.url}/mcp")
             with pytest.raises(UpstreamCallFailed, match=r"^call slow_a on slow: timed out after 0.3s$"):
                 await upstreams.call_tool(conn, "slow_a", {"query": "q"})
             result = await upstreams.call_tool(conn, "echo", {"text": "still fine"})
+        finally:
+            await upstreams.close()
     assert result.content[0].text == "still fine"
 
 
@@ -76,9 +78,11 @@ async def test_a_tool_whose_server_wants_mcp_param_headers_is_called_after_listi
     # R: F10
     log = CallLog()
     with serve(tool_server(log, delay=0)) as server:
-        async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)) as http:
-            upstreams = Upstreams(http, base_dir=Path("."), secrets=SecretSet(), list_ttl=30)
+        upstreams = Upstreams(base_dir=Path("."), secrets=SecretSet(), list_ttl=30)
+        try:
             conn = ConnectionRecord("hdr", "alice", f"{server.url}/mcp")
             results = [await upstreams.call_tool(conn, "regional", {"region": "eu"}) for _ in range(2)]
+        finally:
+            await upstreams.close()
     assert [r.content[0].text for r in results] == ["region=eu", "region=eu"]
     assert [c.headers.get("mcp-param-region") for c in log.of("regional")] == ["eu", "eu"]
