@@ -163,6 +163,7 @@ class McpConnection:
             self.last_used = time.monotonic()
 
     async def _job(self, operation: Operation[T], client: mcp.Client, future: asyncio.Future[T]) -> None:
+        watching(self.watch)  # the SDK sends a request from the context of the task that asks
         try:
             result = await operation(self, client)
         except asyncio.CancelledError:

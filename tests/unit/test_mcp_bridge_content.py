@@ -51,6 +51,10 @@ def test_session_not_found_and_terminated_and_closed_connections_count_as_ended_
     assert session_ended(MCPError(-32600, "Session not found"))
     assert session_ended(MCPError(-32600, "Session terminated"))
     assert session_ended(MCPError(-32000, "Connection closed"))
+    assert session_ended(MCPError(-32000, "Bad Request: No valid session ID provided")), "TypeScript SDK, HTTP 400"
+    assert session_ended(MCPError(-32001, "session not found")), "a JSON-RPC error of another server"
+    assert session_ended(MCPError(-32600, "Invalid session ID"))
+    assert not session_ended(MCPError(-32603, "Server returned an error response")), "a bare status: the connection judges"
     assert not session_ended(MCPError(-32600, "Invalid request"))
     assert not session_ended(MCPError(-32001, "Request 'tools/call' timed out"))
 

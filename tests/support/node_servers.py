@@ -1,0 +1,96 @@
+"""MCP software we did not write, run from npm packages pinned in tests/support/node/package.json
+(installed by `.ci/run` with `npm ci`).
+
+- `EverythingServer`: `@modelcontextprotocol/server-everything` (TypeScript SDK) over Streamable
+  HTTP on 127.0.0.1 (the `listen-host.mjs` preload binds a port-only `listen()` to loopback).
+  `restart()` kills the process and starts a new one on the same port: every session the old
+  one held is unknown to the new one, which answers them HTTP 400 "Bad Request: No valid session
+  ID provided", as the TypeScript SDK's examples do.
+
+Without Node.js or the installed packages a test using these is skipped, unless
+`TOOLGATE_REQUIRE_NODE=1` (set by `.ci/run`), where it fails instead.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+NODE_DIR = Path(__file__).resolve().parent / "node"
+EVERYTHING = NODE_DIR / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+START_SECONDS = 30.0
+
+
+def require_node(entry: Path) -> str:
+    """The `node` binary, when it and `entry` are installed; else skip (or fail under CI)."""
+    node = shutil.which("node")
+    if node is not None and entry.exists():
+        return node
+    message = f"needs Node.js and `npm ci` in {NODE_DIR} (what .ci/run does)"
+    if os.environ.get("TOOLGATE_REQUIRE_NODE") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class EverythingServer:
+    """server-everything's Streamable HTTP transport in a child process."""
+
+    def __init__(self) -> None:
+        self.node = require_node(EVERYTHING)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.process: subprocess.Popen[str] | None = None
+        self.starts = 0
+
+    def start(self) -> "EverythingServer":
+        """Start the process and wait (with a deadline) until it says it listens."""
+        process = subprocess.Popen(
+            [self.node, "--import", "./listen-host.mjs", str(EVERYTHING), "streamableHttp"],
+            cwd=NODE_DIR,
+            env={**os.environ, "PORT": str(self.port)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stderr is not None
+        while True:
+            ready, _, _ = select.select([process.stderr], [], [], START_SECONDS)
+            line = process.stderr.readline() if ready else ""
+            if not line:
+                process.kill()
+                process.wait(10)
+                raise RuntimeError("server-everything did not start")
+            if "listening on port" in line:
+                break
+        # Keep reading its log, or a full pipe would stop the server.
+        threading.Thread(target=process.stderr.read, name="server-everything-log", daemon=True).start()
+        self.process = process
+        self.starts += 1
+        return self
+
+    def stop(self) -> None:
+        """Kill the process and wait for it (its sessions die with it)."""
+        process, self.process = self.process, None
+        if process is not None:
+            process.kill()
+            process.wait(10)
+
+    def restart(self) -> None:
+        """A new process on the same port: the old sessions are unknown to it."""
+        self.stop()
+        self.start()
