@@ -7,7 +7,7 @@
     GET    /bridges/{id}/graph          the saved graph (an empty one before the first save)
     PUT    /bridges/{id}/graph          validate (F8) and save (F12)
     GET    /connections                 the caller's connections (no secret references)
-    POST   /connections                 {id, owner?, endpoint} (endpoint within `apiEndpointAllowList`)
+    POST   /connections                 {id, owner?, endpoint, prefix?} (endpoint within `apiEndpointAllowList`)
     DELETE /connections/{id}
     GET    /audit                       the caller's audit records (see audit_api)
 
@@ -30,6 +30,7 @@ from gateway.bridge.audit_args import Scrub
 from gateway.bridge.config import BridgeDecl, ConnectionConfig
 from gateway.bridge.federation import CallerScope
 from gateway.bridge.graph import Graph, empty_graph
+from gateway.bridge.naming import prefix_problems
 from gateway.bridge.records import BridgeRecord, ConnectionRecord
 from gateway.bridge.store import BridgeStore
 from gateway.bridge.upstream import Upstreams
@@ -92,10 +93,14 @@ class BridgeApi:
             raise BadRequest(_first_error(exc)) from None
         if await self._store.get_bridge(decl.id) is not None:
             raise Conflict(f"bridge id {decl.id} is taken")
-        mine = {c.id for c in await self._store.list_connections(caller.owners)}
+        mine = {c.id: c for c in await self._store.list_connections(caller.owners)}
         unknown = [c for c in decl.connections if c not in mine]
         if unknown:
             raise BadRequest(f"unknown connection(s): {', '.join(unknown)}")
+        members = [(c.id, c.owner, c.name_prefix) for c in (mine[i] for i in decl.connections)]
+        clashes = prefix_problems(members, same_caller=True)
+        if clashes:
+            raise BadRequest(f"tool names could collide: {'; '.join(clashes)}")
         record = BridgeRecord(decl.id, decl.owner, tuple(decl.connections), "api")
         await self._store.upsert_bridge(record)
         return JSONResponse(record.public(), status_code=201)
@@ -146,7 +151,7 @@ class BridgeApi:
     async def create_connection(self, request: Request) -> Response:
         """POST /connections: a connection without credentials (those are declared in YAML)."""
         caller = await caller_of(request, self._auth)
-        data = object_body(await json_body(request), {"id", "owner", "endpoint"})
+        data = object_body(await json_body(request), {"id", "owner", "endpoint", "prefix"})
         try:
             decl = ConnectionConfig.model_validate({**data, "owner": owner_for(caller, data.get("owner"))})
         except ValidationError as exc:
@@ -155,7 +160,11 @@ class BridgeApi:
             raise Forbidden(f"endpoint {decl.endpoint} is not in the Bridge's apiEndpointAllowList")
         if await self._store.get_connection(decl.id) is not None:
             raise Conflict(f"connection id {decl.id} is taken")
-        record = ConnectionRecord(decl.id, decl.owner, decl.endpoint, source="api")
+        seen = [(c.id, c.owner, c.name_prefix) for c in await self._store.list_connections(caller.owners)]
+        clashes = [p for p in prefix_problems([*seen, (decl.id, decl.owner, decl.name_prefix)]) if decl.id in p]
+        if clashes:
+            raise Conflict(f"tool names could collide: {'; '.join(clashes)}")
+        record = ConnectionRecord(decl.id, decl.owner, decl.endpoint, source="api", prefix=decl.prefix)
         await self._store.upsert_connection(record)
         return JSONResponse(record.public(), status_code=201)
 

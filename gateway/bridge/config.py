@@ -9,9 +9,11 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.bridge.naming import prefix_problems
 from gateway.secrets import SecretRef
 
 _OWNER = re.compile(r"^(org:)?[^\s:]+$")
+_PREFIX = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,31}$")
 
 
 def _check_owner(value: str) -> str:
@@ -38,6 +40,11 @@ class ConnectionConfig(BaseModel):
     endpoint: str = Field(pattern=r"^https?://")
     authHeaderName: str | None = None
     authSecret: SecretRef | None = None
+    prefix: str | None = Field(
+        default=None,
+        description="what its tools are listed under (<prefix>__<tool>); default its id; '' lists them as they are "
+        "(allowed when no other connection can be seen with it)",
+    )
 
     @field_validator("id")
     @classmethod
@@ -45,6 +52,21 @@ class ConnectionConfig(BaseModel):
         if "__" in value or value.endswith("_"):
             raise ValueError("a connection id may not contain '__' or end with '_' (reserved as the tool separator)")
         return value
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return value
+        if not _PREFIX.match(value) or "__" in value or value.endswith("_"):
+            raise ValueError("a prefix is '' or like an id: a letter, then letters, digits, '_' or '-' (at most 32), "
+                             "no '__', not ending in '_'")
+        return value
+
+    @property
+    def name_prefix(self) -> str:
+        """`prefix`, or the id when none is given."""
+        return self.id if self.prefix is None else self.prefix
 
     @model_validator(mode="after")
     def _auth_pair(self) -> "ConnectionConfig":
@@ -118,6 +140,14 @@ class BridgeConfig(BaseModel):
             dup = sorted({i for i in ids if ids.count(i) > 1})
             if dup:
                 raise ValueError(f"{kind} ids must be unique: {', '.join(dup)}")
+        problems = prefix_problems([(c.id, c.owner, c.name_prefix) for c in self.connections])
+        by_id = {c.id: c for c in self.connections}
+        for bridge in self.bridges:
+            members = [by_id[c] for c in bridge.connections if c in by_id]
+            problems += [f"bridge {bridge.id}: {p}" for p in
+                         prefix_problems([(c.id, c.owner, c.name_prefix) for c in members], same_caller=True)]
+        if problems:
+            raise ValueError("tool names could collide: " + "; ".join(dict.fromkeys(problems)))
         return self
 
 

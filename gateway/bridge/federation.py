@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import mcp_types as types
 
-from gateway.bridge.naming import ToolNameMap, federated_name, split_name
+from gateway.bridge.naming import SEPARATOR, ToolNameMap, federated_name
 from gateway.bridge.records import BridgeRecord, ConnectionRecord
 from gateway.bridge.store import BridgeStore
 from gateway.bridge.upstream import Upstreams
@@ -101,33 +101,49 @@ class Federation:
         return next((c for c in await self.connections(scope) if c.id == connection_id), None)
 
     async def tools(self, scope: CallerScope) -> list[types.Tool]:
-        """Every tool of every connection in scope, renamed `<connectionId>__<tool>`; an unreachable
-        connection contributes nothing (and is logged) instead of failing the listing."""
+        """Every tool of every connection in scope, renamed `<prefix>__<tool>` (F3, F15); an unreachable
+        connection contributes nothing (and is logged) instead of failing the listing. A name two
+        connections would both list is listed for neither, and logged naming both."""
         conns = await self.connections(scope)
         listed = await asyncio.gather(*(self._upstreams.list_tools(c) for c in conns), return_exceptions=True)
-        tools: list[types.Tool] = []
+        named: dict[str, tuple[ConnectionRecord, types.Tool]] = {}
+        clashing: set[str] = set()
         for conn, result in zip(conns, listed, strict=True):
             if isinstance(result, BaseException):
                 log.warning("connection %s not listed: %s", conn.id, result)
                 continue
             seen: set[str] = set()
             for tool in result:
-                name = federated_name(conn.id, tool.name)
+                name = federated_name(conn.name_prefix, tool.name)
                 if name in seen:
                     log.warning("connection %s: tool %r maps to %s like an earlier one; skipped", conn.id, tool.name, name)
                     continue
                 seen.add(name)
-                tools.append(tool.model_copy(update={"name": name}))
-        return tools
+                earlier = named.get(name)
+                if earlier is not None:
+                    log.warning("tool name %s is listed by connections %s and %s: left out", name, earlier[0].id, conn.id)
+                    clashing.add(name)
+                    continue
+                named[name] = (conn, tool.model_copy(update={"name": name}))
+        return [tool for name, (_, tool) in named.items() if name not in clashing]
 
     async def resolve(self, scope: CallerScope, name: str) -> ResolvedTool | None:
-        """The connection and upstream tool behind federated `name`, or None when the scope has none."""
-        parts = split_name(name)
-        if parts is None:
-            return None
-        conn = await self.connection(scope, parts[0])
-        if conn is None:
-            return None
-        tools = await self._upstreams.list_tools(conn)
-        upstream = ToolNameMap.build(conn.id, [t.name for t in tools]).upstream(name)
-        return ResolvedTool(conn, upstream) if upstream is not None else None
+        """The connection and upstream tool behind federated `name`, or None when the scope has none
+        (or when two connections would both answer to it)."""
+        candidates = [
+            c for c in await self.connections(scope)
+            if not c.name_prefix or name.startswith(c.name_prefix + SEPARATOR)
+        ]
+        listed = await asyncio.gather(*(self._upstreams.list_tools(c) for c in candidates), return_exceptions=True)
+        found: list[ResolvedTool] = []
+        failed: list[BaseException] = []
+        for conn, tools in zip(candidates, listed, strict=True):
+            if isinstance(tools, BaseException):
+                failed.append(tools)
+                continue
+            upstream = ToolNameMap.build(conn.name_prefix, [t.name for t in tools]).upstream(name)
+            if upstream is not None:
+                found.append(ResolvedTool(conn, upstream))
+        if not found and failed:
+            raise failed[0]  # the connection that might have had it could not be reached
+        return found[0] if len(found) == 1 else None

@@ -12,7 +12,8 @@ AuditStatus = Literal["success", "failure"]
 
 @dataclass(frozen=True)
 class ConnectionRecord:
-    """An MCP server a user or org owns (F3). `auth_secret` is a reference (`env:`/`file:`), never a value."""
+    """An MCP server a user or org owns (F3). `auth_secret` is a reference (`env:`/`file:`), never a
+    value. `prefix` names its tools in the federation (F15): None means its id, "" no prefix."""
 
     id: str
     owner: str
@@ -20,6 +21,12 @@ class ConnectionRecord:
     auth_header_name: str | None = None
     auth_secret: str | None = None
     source: Source = "api"
+    prefix: str | None = None
+
+    @property
+    def name_prefix(self) -> str:
+        """The prefix its tools are listed under: `prefix`, or its id when none was given."""
+        return self.id if self.prefix is None else self.prefix
 
     def public(self) -> dict[str, Any]:
         """What the REST API shows: no secret reference."""
@@ -28,6 +35,7 @@ class ConnectionRecord:
             "owner": self.owner,
             "endpoint": self.endpoint,
             "authHeaderName": self.auth_header_name,
+            "prefix": self.name_prefix,
             "source": self.source,
         }
 

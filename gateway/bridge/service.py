@@ -107,7 +107,9 @@ class BridgeService:
 
     async def _upsert_declared(self) -> None:
         for conn in self.config.connections:
-            record = ConnectionRecord(conn.id, conn.owner, conn.endpoint, conn.authHeaderName, conn.authSecret, "config")
+            record = ConnectionRecord(
+                conn.id, conn.owner, conn.endpoint, conn.authHeaderName, conn.authSecret, "config", conn.prefix
+            )
             await self.store.upsert_connection(record)
             self.upstreams.forget(conn.id)
         for bridge in self.config.bridges:

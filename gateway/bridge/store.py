@@ -22,7 +22,7 @@ T = TypeVar("T")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS connections (
     id TEXT PRIMARY KEY, owner TEXT NOT NULL, endpoint TEXT NOT NULL,
-    auth_header_name TEXT, auth_secret TEXT, source TEXT NOT NULL);
+    auth_header_name TEXT, auth_secret TEXT, source TEXT NOT NULL, prefix TEXT);
 CREATE TABLE IF NOT EXISTS bridges (
     id TEXT PRIMARY KEY, owner TEXT NOT NULL, connections TEXT NOT NULL, source TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS graphs (bridge_id TEXT PRIMARY KEY, graph TEXT NOT NULL, updated_at REAL NOT NULL);
@@ -73,6 +73,9 @@ class SqliteStore:
         def create(db: sqlite3.Connection) -> None:
             db.execute("PRAGMA journal_mode=WAL").fetchall()  # an unread row would keep a statement open
             db.executescript(_SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(connections)").fetchall()}
+            if "prefix" not in columns:  # a store made before connections had a name prefix (F15)
+                db.execute("ALTER TABLE connections ADD COLUMN prefix TEXT")
 
         await self._run(create)
 
@@ -98,8 +101,12 @@ class SqliteStore:
 
     async def upsert_connection(self, record: ConnectionRecord) -> None:
         """Insert or replace a connection."""
-        sql = "INSERT OR REPLACE INTO connections VALUES (?, ?, ?, ?, ?, ?)"
-        row = (record.id, record.owner, record.endpoint, record.auth_header_name, record.auth_secret, record.source)
+        sql = (
+            "INSERT OR REPLACE INTO connections (id, owner, endpoint, auth_header_name, auth_secret, source, prefix)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)"
+        )
+        row = (record.id, record.owner, record.endpoint, record.auth_header_name, record.auth_secret, record.source,
+               record.prefix)
         await self._run(lambda db: db.execute(sql, row))
 
     async def get_connection(self, connection_id: str) -> ConnectionRecord | None:
