@@ -7,6 +7,11 @@
    Baseline in the same run: one direct call of the same tool on a fresh session (what one node costs).
 2. The audit log's cost: `tools/call` of a no-delay tool through `/mcp`, audit on (SQLite) versus a
    store that drops every record; plus the in-process cost of reducing arguments and queueing.
+3. A federated call (`tools__echo` through `/mcp`, the Bridge reusing the caller's upstream session,
+   F15) versus the same call made directly on an open session, at concurrency 1 and 10, alternated
+   round by round in the same run. Target: ≤ 3 ms added at p50.
+
+`--only federated` runs section 3 alone (writes bench/results/bridge_federated.md).
 
 Writes a table to bench/results/bridge.md (with date and machine).
 """
@@ -43,8 +48,10 @@ from gateway.bridge.audit_args import reduce_args  # noqa: E402
 from gateway.bridge.config import BridgeConfig  # noqa: E402
 from gateway.bridge.records import AuditRecord  # noqa: E402
 from gateway.bridge.store import SqliteStore  # noqa: E402
+from tests.support import bridge_servers, canary  # noqa: E402
 from tests.support.bridge_servers import CallLog, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node, tool_server  # noqa: E402
 from tests.support.http_server import ServerThread  # noqa: E402
+from tests.support.mcp_servers import McpServerState, recording_app  # noqa: E402
 
 DELAY = 0.1
 SIZES = (1, 5, 20)
@@ -79,10 +86,13 @@ class FailingStore(SqliteStore):
 
 
 @contextlib.contextmanager
-def tool_process(delay: float) -> Iterator[str]:
-    """The tool server in its own process (its CPU off the Bridge's GIL); yields its base URL."""
+def tool_process(delay: float, *, handshake_only: bool = False) -> Iterator[str]:
+    """The tool server in its own process (its CPU off the Bridge's GIL); yields its base URL. With
+    `handshake_only` it refuses the 2026-07-28 generation, so clients open 2025-11-25 sessions (like
+    most public servers today)."""
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--tool-server", str(delay)], stdout=subprocess.PIPE, text=True,
+        [sys.executable, __file__, "--tool-server", str(delay), *(["--handshake-only"] if handshake_only else [])],
+        stdout=subprocess.PIPE, text=True,
         stderr=subprocess.DEVNULL,
     )
     try:
@@ -93,9 +103,44 @@ def tool_process(delay: float) -> Iterator[str]:
         proc.wait(10)
 
 
-def run_tool_server(delay: float) -> None:
+@contextlib.contextmanager
+def bridge_process(tools_url: str) -> Iterator[str]:
+    """The Bridge (one connection `tools`, caller alice) in its own process, as deployed; yields its base URL."""
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--bridge-server", tools_url], stdout=subprocess.PIPE, text=True,
+        stderr=subprocess.DEVNULL, env={**os.environ, "BENCH_ALICE_KEY": canary.ALICE_KEY},
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def run_bridge_server(tools_url: str) -> None:
+    """Subprocess entry: serve the Bridge over the tool server and print the URL (the parent's key is alice's)."""
+    bridge_servers.KEYS[os.environ["BENCH_ALICE_KEY"]] = bridge_servers.KEYS[canary.ALICE_KEY]
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(2048)  # connections wait in the backlog until the app has started
+    with tempfile.TemporaryDirectory() as tmp:
+        app = bridge_app(config(tools_url, "fed.db"), Path(tmp)).app
+        # As `toolgate serve` runs it: uvicorn's defaults (uvloop, httptools), no access log.
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, ws="none"))
+        print(f"http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
+        server.run(sockets=[sock])
+
+
+def run_tool_server(delay: float, handshake_only: bool = False) -> None:
     """Subprocess entry: serve the test tools and print the URL."""
-    with serve(tool_server(CallLog(), delay=delay)) as server:
+    app = tool_server(CallLog(), delay=delay)
+    if handshake_only:
+        app = recording_app(McpServerState(), app, legacy_only=True)
+    with serve(app) as server:
         print(server.url, flush=True)
         threading.Event().wait()
 
@@ -251,9 +296,78 @@ async def audit_rows(calls: int) -> list[str]:
     return rows
 
 
+CONCURRENCY = (1, 10)
+
+
+async def side_by_side(tools_url: str, bridge_url: str, concurrency: int, rounds: int, per_round: int) -> dict[str, list[float]]:
+    """Per-call latencies of `echo`: C direct clients vs C clients of the Bridge, rounds alternating."""
+    samples: dict[str, list[float]] = {"direct": [], "federated": []}
+    async with contextlib.AsyncExitStack() as stack:
+        direct_http = await stack.enter_async_context(httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)))
+        sides: dict[str, list[tuple[Client, str]]] = {"direct": [], "federated": []}
+        for _ in range(concurrency):
+            client = Client(streamable_http_client(f"{tools_url}/mcp", http_client=direct_http))
+            sides["direct"].append((await stack.enter_async_context(client), "echo"))
+            http = await stack.enter_async_context(mcp_http("alice-key"))
+            client = Client(streamable_http_client(f"{bridge_url}/mcp", http_client=http))
+            sides["federated"].append((await stack.enter_async_context(client), "tools__echo"))
+
+        async def caller(client: Client, tool: str, out: list[float], n: int) -> None:
+            for _ in range(n):
+                started = time.perf_counter()
+                result = await client.call_tool(tool, {"text": "hello"})
+                out.append(time.perf_counter() - started)
+                assert not result.is_error, result
+
+        for pairs in sides.values():  # warm-up: listings, upstream sessions
+            await asyncio.gather(*(caller(c, t, [], 2) for c, t in pairs))
+        for _ in range(rounds):
+            for side, pairs in sides.items():
+                await asyncio.gather(*(caller(c, t, samples[side], per_round) for c, t in pairs))
+    return samples
+
+
+async def federated_rows(rounds: int, per_round: int = 20) -> list[str]:
+    """Direct vs federated `echo`, for a handshake-only and a stateless tool server, at each concurrency."""
+    rows = []
+    for generation, handshake_only in (("2025-11-25 sessions", True), ("stateless 2026-07-28", False)):
+        with tool_process(0, handshake_only=handshake_only) as tools_url, bridge_process(tools_url) as bridge_url:
+            for concurrency in CONCURRENCY:
+                samples = await side_by_side(tools_url, bridge_url, concurrency, rounds, per_round)
+                direct_p50, direct_p90 = ms(samples["direct"])
+                fed_p50, fed_p90 = ms(samples["federated"])
+                count = len(samples["direct"])
+                rows.append(f"| {generation}: direct, open session | {concurrency} | {count} | {direct_p50:.2f} | {direct_p90:.2f} | — |")
+                rows.append(
+                    f"| {generation}: federated through /mcp | {concurrency} | {count} "
+                    f"| {fed_p50:.2f} | {fed_p90:.2f} | {fed_p50 - direct_p50:+.2f} |"
+                )
+    return rows
+
+
+def header() -> list[str]:
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    machine = f"{platform.machine()}, {platform.processor() or platform.platform()}, Python {platform.python_version()}"
+    return [
+        f"Measured {when} on {machine}, {os.cpu_count()} CPUs (shared with other work); everything on loopback",
+        "(the Bridge in its own process under uvicorn's defaults — uvloop, httptools — as `toolgate serve` runs it;",
+        "the tool server in another; the clients in the benchmark process). Command: `python bench/bridge_bench.py --only federated`.",
+    ]
+
+
+def federated_section(rows: list[str]) -> list[str]:
+    return [
+        "## Federated call vs direct call (F15)", "",
+        "`echo` (no delay) on the tool server; each of C clients calls one after another, all C at once;",
+        "direct and federated rounds alternate so drift hits both alike. Target: ≤ 3 ms added at p50.", "",
+        "| what | C | calls | p50 ms | p90 ms | added at p50 ms |", "|---|---|---|---|---|---|", *rows, "",
+    ]
+
+
 async def main(repeat: int, calls: int) -> str:
     pipe = await pipeline_rows(repeat)
     audit = await audit_rows(calls)
+    federated = await federated_rows(max(repeat // 3, 3))
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.machine()}, {platform.processor() or platform.platform()}, Python {platform.python_version()}"
     lines = [
@@ -265,6 +379,7 @@ async def main(repeat: int, calls: int) -> str:
         "| what | N | median ms | p90 ms | over one tool delay ms |", "|---|---|---|---|---|", *pipe,
         "", "## Audit log cost per call", "",
         "| what | calls | median ms | p90 ms |", "|---|---|---|---|", *audit, "",
+        *header(), "", *federated_section(federated),
         "## Reading", "",
         "- One wave, not N: the N tool calls of a wave overlap, so N = 20 costs far less than 20 delays.",
         "- Compare each pipeline row with the baseline of the same N on open sessions (no Bridge, no session",
@@ -288,13 +403,24 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "bridge.md"))
     parser.add_argument("--tool-server", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=["federated"], default=None, help="run one section")
+    parser.add_argument("--bridge-server", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--handshake-only", action="store_true", help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.tool_server is not None:
-        run_tool_server(ns.tool_server)
+        run_tool_server(ns.tool_server, ns.handshake_only)
+        sys.exit(0)
+    if ns.bridge_server is not None:
+        run_bridge_server(ns.bridge_server)
         sys.exit(0)
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("httpx2", "mcp", "uvicorn"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    report = asyncio.run(main(ns.repeat, ns.calls))
+    if ns.only == "federated":
+        rows = asyncio.run(federated_rows(max(ns.repeat // 3, 3)))
+        report = "\n".join(["# Bridge benchmark: federated calls", "", *header(), "", *federated_section(rows)])
+        ns.out = str(Path(ns.out).with_name("bridge_federated.md"))
+    else:
+        report = asyncio.run(main(ns.repeat, ns.calls))
     Path(ns.out).write_text(report, encoding="utf-8")
     print(report)
