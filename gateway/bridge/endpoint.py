@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
+from contextvars import ContextVar
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway.bridge.audit_args import Scrub
 from gateway.bridge.federation import CallerScope, owners_of
 from gateway.bridge.handlers import BridgeHandlers
+from gateway.bridge.offerings import Offerings
 from gateway.bridge.store import BridgeStore
 from gateway.errors import GatewayError, NotFound, Unavailable, error_response
 from gateway.identity import Identity
@@ -39,7 +41,23 @@ MAX_BOUND_SESSIONS = 10_000
 Authenticate = Callable[[Request], Awaitable[Identity]]
 
 
-def build_server(handlers: BridgeHandlers) -> Server[Any]:
+ANNOUNCED: ContextVar[frozenset[str] | None] = ContextVar("toolgate_bridge_announced", default=None)
+"""The capability kinds the caller of the current HTTP message may be announced (F13)."""
+
+
+class BridgeServer(Server[Any]):
+    """The SDK server announcing, per caller, only what the caller's connections have (F13)."""
+
+    def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
+        capabilities = super().get_capabilities(*args, **kwargs)
+        announced = ANNOUNCED.get()
+        if announced is None:
+            return capabilities
+        absent = {kind: None for kind in ("resources", "prompts", "completions") if kind not in announced}
+        return capabilities.model_copy(update=absent)
+
+
+def build_server(handlers: BridgeHandlers, offerings: Offerings) -> Server[Any]:
     """The SDK server whose handlers read the caller scope the endpoint put on the HTTP request."""
 
     def caller(ctx: ServerRequestContext[Any]) -> CallerScope:
@@ -55,12 +73,36 @@ def build_server(handlers: BridgeHandlers) -> Server[Any]:
     async def on_call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
         return await handlers.call_tool(caller(ctx), params.name, params.arguments)
 
-    return Server(
+    async def on_list_resources(ctx: ServerRequestContext[Any], params: Any) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=await offerings.resources(caller(ctx)))
+
+    async def on_list_resource_templates(ctx: ServerRequestContext[Any], params: Any) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=await offerings.templates(caller(ctx)))
+
+    async def on_read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        return await offerings.read(caller(ctx), str(params.uri))
+
+    async def on_list_prompts(ctx: ServerRequestContext[Any], params: Any) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=await offerings.prompts(caller(ctx)))
+
+    async def on_get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        return await offerings.get_prompt(caller(ctx), params.name, params.arguments)
+
+    async def on_completion(ctx: ServerRequestContext[Any], params: types.CompleteRequestParams) -> types.CompleteResult:
+        return await offerings.complete(caller(ctx), params)
+
+    return BridgeServer(
         "toolgate-bridge",
         version="0.1.0",
-        instructions="Tools of your MCP connections (<connectionId>__<tool>) and, per bridge, its pipelines.",
+        instructions="Tools, resources and prompts of your MCP connections (<prefix>__<name>) and, per bridge, its pipelines.",
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
+        on_list_resources=on_list_resources,
+        on_list_resource_templates=on_list_resource_templates,
+        on_read_resource=on_read_resource,
+        on_list_prompts=on_list_prompts,
+        on_get_prompt=on_get_prompt,
+        on_completion=on_completion,
         # The 2026-07-28 path would otherwise re-run tools/list (every connection) to validate Mcp-Param headers.
         get_tool_input_schema=lambda name: None,
     )
@@ -86,10 +128,11 @@ def _binding(identity: Identity, bridge_id: str | None) -> tuple[str | None, ...
 class McpEndpoint:
     """ASGI app for `/mcp` and `/mcp/{bridge_id}`: auth, bridge scoping, session binding, then the SDK."""
 
-    def __init__(self, store: BridgeStore, authenticate: Authenticate, *, scrub: Scrub) -> None:
+    def __init__(self, store: BridgeStore, authenticate: Authenticate, offerings: Offerings, *, scrub: Scrub) -> None:
         self._scrub = scrub
         self.manager: StreamableHTTPSessionManager | None = None
         """Set by the service while it runs (a manager runs once, so each start makes a new one)."""
+        self._offerings = offerings
         self._store = store
         self._authenticate = authenticate
         self._sessions: OrderedDict[str, tuple[str | None, ...]] = OrderedDict()
@@ -115,6 +158,8 @@ class McpEndpoint:
             await _json(send, 404, body)
             return
         scope[SCOPE_KEY] = caller
+        if session_id is None and request.method == "POST":  # may open a session or discover: capabilities
+            ANNOUNCED.set(await self._offerings.capabilities(caller))
         await manager.handle_request(scope, receive, self._watch(send, session_id, binding, request.method))
 
     async def _caller(self, identity: Identity, bridge_id: str | None) -> CallerScope:

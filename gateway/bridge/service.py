@@ -26,6 +26,7 @@ from gateway.bridge.config import BridgeConfig
 from gateway.bridge.endpoint import McpEndpoint, build_manager, build_server
 from gateway.bridge.federation import Federation
 from gateway.bridge.handlers import BridgeHandlers
+from gateway.bridge.offerings import Offerings
 from gateway.bridge.records import BridgeRecord, ConnectionRecord
 from gateway.bridge.store import BridgeStore, SqliteStore
 from gateway.bridge.upstream import Upstreams
@@ -70,7 +71,8 @@ class BridgeService:
         self.audit = AuditWriter(self.store, queue_size=config.auditQueueSize, registry=metrics)
         federation = Federation(self.store, self.upstreams, config.api_endpoint_allowed)
         self.handlers = BridgeHandlers(self.store, federation, self.upstreams, self.audit, secrets.scrub, metrics)
-        self._endpoint = McpEndpoint(self.store, authenticate, scrub=secrets.scrub)
+        self.offerings = Offerings(federation, self.upstreams)
+        self._endpoint = McpEndpoint(self.store, authenticate, self.offerings, scrub=secrets.scrub)
         self._api = BridgeApi(self.store, self.upstreams, authenticate, config.api_endpoint_allowed, scrub=secrets.scrub)
         self._audit_api = AuditApi(self.store, authenticate, scrub=secrets.scrub)
         self._stack: contextlib.AsyncExitStack | None = None
@@ -84,7 +86,7 @@ class BridgeService:
         self.audit.start()
         stack.push_async_callback(self.audit.stop)
         stack.push_async_callback(self.upstreams.close)
-        manager = build_manager(build_server(self.handlers), self.config.allowedHosts)
+        manager = build_manager(build_server(self.handlers, self.offerings), self.config.allowedHosts)
         await stack.enter_async_context(manager.run())
         self._endpoint.manager = manager
         self._stack = stack

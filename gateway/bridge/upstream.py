@@ -15,15 +15,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+import mcp
 import mcp_types as types
+from mcp import MCPError
 from prometheus_client import CollectorRegistry
 
 from gateway.bridge.records import ConnectionRecord
 from gateway.mcp.connection import McpConnection, Operation
-from gateway.mcp.errors import CallTimeout, describe
+from gateway.mcp.errors import CallTimeout, describe, session_ended
 from gateway.mcp.metrics import PoolMetrics
 from gateway.mcp.operations import all_pages, relay_tool_call
 from gateway.mcp.pool import SessionPool
@@ -38,7 +42,46 @@ SESSION_IDLE_SECONDS = 300.0
 
 
 class UpstreamCallFailed(Exception):
-    """A connection could not be reached, timed out, or refused; the message names no secret."""
+    """A connection could not be reached, timed out, or refused; the message names no secret.
+    `code` is the JSON-RPC error code the connection answered with, when it answered with one."""
+
+    def __init__(self, message: str, code: int | None = None, upstream_message: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.upstream_message = upstream_message
+        """The connection's own error text (scrubbed), to relay as it is."""
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """What a connection offers (F13), listed in one session and kept `toolListTtlSeconds`."""
+
+    capabilities: types.ServerCapabilities
+    tools: list[types.Tool] = field(default_factory=list)
+    prompts: list[types.Prompt] = field(default_factory=list)
+    resources: list[types.Resource] = field(default_factory=list)
+    templates: list[types.ResourceTemplate] = field(default_factory=list)
+
+
+async def _optional(listing: Awaitable[list[T]]) -> list[T]:
+    """A listing a server announced but may still refuse (e.g. templates): refused means none."""
+    try:
+        return await listing
+    except MCPError:
+        return []
+
+
+async def fetch_catalog(connection: McpConnection, client: mcp.Client) -> Catalog:
+    """List everything the server announced, page by page."""
+    caps = client.server_capabilities or types.ServerCapabilities()
+    tools = await all_pages(client.list_tools, "tools") if caps.tools is not None else []
+    prompts = await _optional(all_pages(client.list_prompts, "prompts")) if caps.prompts is not None else []
+    resources: list[types.Resource] = []
+    templates: list[types.ResourceTemplate] = []
+    if caps.resources is not None:
+        resources = await _optional(all_pages(client.list_resources, "resources"))
+        templates = await _optional(all_pages(client.list_resource_templates, "resource_templates"))
+    return Catalog(caps, tools, prompts, resources, templates)
 
 
 class Upstreams:
@@ -63,7 +106,7 @@ class Upstreams:
         self.clients = McpClients()
         self._targets: dict[str, tuple[ConnectionRecord, McpTarget]] = {}
         self._pools: dict[str, tuple[McpTarget, SessionPool]] = {}
-        self._tools: dict[str, tuple[float, McpTarget, list[types.Tool]]] = {}
+        self._catalogs: dict[str, tuple[float, McpTarget, Catalog]] = {}
         self._needs_listing: dict[str, set[str]] = {}
         """Tools per connection whose server wants Mcp-Param headers: listed before each call."""
         self._closing: set[asyncio.Task[None]] = set()
@@ -78,7 +121,7 @@ class Upstreams:
 
     def forget(self, connection_id: str) -> None:
         """Drop what is known about a connection (after it changed or was deleted); its sessions close."""
-        self._tools.pop(connection_id, None)
+        self._catalogs.pop(connection_id, None)
         self._needs_listing.pop(connection_id, None)
         known = self._targets.pop(connection_id, None)
         if known is not None:
@@ -106,20 +149,20 @@ class Upstreams:
         pooled = self._pools.get(connection_id)
         return pooled[1].size if pooled is not None else 0
 
-    async def list_tools(self, conn: ConnectionRecord) -> list[types.Tool]:
-        """The connection's tools, reused for `toolListTtlSeconds`."""
+    async def catalog(self, conn: ConnectionRecord) -> Catalog:
+        """What the connection offers, reused for `toolListTtlSeconds`."""
         target = self.target(conn)
-        cached = self._tools.get(conn.id)
+        cached = self._catalogs.get(conn.id)
         now = time.monotonic()
         if cached is not None and cached[1] is target and now - cached[0] < self._list_ttl:
             return cached[2]
+        catalog = await self._fresh(target, fetch_catalog, f"list {conn.id}")
+        self._catalogs[conn.id] = (now, target, catalog)
+        return catalog
 
-        async def listing(connection: McpConnection, client: object) -> list[types.Tool]:
-            return await all_pages(client.list_tools, "tools")  # type: ignore[attr-defined]
-
-        tools = await self._fresh(target, listing, f"list tools of {conn.id}")
-        self._tools[conn.id] = (now, target, tools)
-        return tools
+    async def list_tools(self, conn: ConnectionRecord) -> list[types.Tool]:
+        """The connection's tools, reused for `toolListTtlSeconds`."""
+        return (await self.catalog(conn)).tools
 
     async def call_tool(self, conn: ConnectionRecord, tool: str, arguments: dict[str, object]) -> types.CallToolResult:
         """Call `tool` on a new session (a pipeline node, F10); raises `UpstreamCallFailed`."""
@@ -133,11 +176,15 @@ class Upstreams:
         """Call `tool` on the caller's own pooled session of `conn` (F15); raises `UpstreamCallFailed`."""
         target = self.target(conn)
         operation = relay_tool_call(tool, dict(arguments), self.timeout, self._needs_listing.setdefault(conn.id, set()))
-        pool = self._pool(conn.id, target)
+        return await self.run_as(caller, conn, operation, f"call {tool} on {conn.id}")
+
+    async def run_as(self, caller: str, conn: ConnectionRecord, operation: Operation[T], what: str) -> T:
+        """Run `operation` on the caller's own pooled session of `conn` (F15); raises `UpstreamCallFailed`."""
+        pool = self._pool(conn.id, self.target(conn))
         try:
             return await pool.run(caller, "", operation)
         except Exception as exc:
-            raise self._failure(f"call {tool} on {conn.id}", exc) from exc
+            raise self._failure(what, exc) from exc
 
     def _pool(self, connection_id: str, target: McpTarget) -> SessionPool:
         pooled = self._pools.get(connection_id)
@@ -167,6 +214,9 @@ class Upstreams:
     def _failure(self, what: str, exc: BaseException) -> UpstreamCallFailed:
         if isinstance(exc, CallTimeout):
             return UpstreamCallFailed(f"{what}: timed out after {self.timeout:g}s")
+        if isinstance(exc, MCPError) and not session_ended(exc):
+            relayed = self._secrets.scrub(exc.message[:500])
+            return UpstreamCallFailed(f"{what}: {self._secrets.scrub(describe(exc))}", exc.code, relayed)
         return UpstreamCallFailed(f"{what}: {self._secrets.scrub(describe(exc))}")
 
     def _in_background(self, closing: object) -> None:

@@ -1,0 +1,201 @@
+"""Everything else a connection offers, federated (F13): resources, resource templates, prompts and
+completions, and the capabilities the Bridge announces to a caller.
+
+Names are per connection like tools: a prompt `greet` of connection `gh` is `gh__greet`, a
+resource or template keeps its URI and gets the prefixed `name`. URIs are the resource's own
+identity (and what resource links in tool results point at), so they pass unchanged; a read goes to
+the connection that lists the URI, else to the one whose template matches it, else to the only
+connection offering resources. A URI or name two connections both claim is listed for neither.
+Reads, prompts and completions run on the caller's own pooled session (F15).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import Any, TypeVar
+
+import mcp
+import mcp_types as types
+from mcp import MCPError
+
+from gateway.bridge.federation import CallerScope, Federation
+from gateway.bridge.naming import federated_name
+from gateway.bridge.records import ConnectionRecord
+from gateway.bridge.upstream import Catalog, UpstreamCallFailed, Upstreams
+from gateway.mcp.connection import McpConnection
+
+log = logging.getLogger("toolgate.bridge.offerings")
+
+T = TypeVar("T")
+RESOURCE_NOT_FOUND = -32002
+INVALID_PARAMS = -32602
+METHOD_NOT_FOUND = -32601
+
+
+def claimed(found: Sequence[tuple[ConnectionRecord, Sequence[T]]], key: Callable[[ConnectionRecord, T], str], what: str) -> dict[str, tuple[ConnectionRecord, T]]:
+    """Items by key; a key two connections both claim is dropped (and logged naming both)."""
+    named: dict[str, tuple[ConnectionRecord, T]] = {}
+    clashing: set[str] = set()
+    for conn, items in found:
+        for item in items:
+            k = key(conn, item)
+            earlier = named.get(k)
+            if earlier is None:
+                named[k] = (conn, item)
+            elif earlier[0].id != conn.id:
+                log.warning("%s %s is offered by connections %s and %s: left out", what, k, earlier[0].id, conn.id)
+                clashing.add(k)
+    return {k: v for k, v in named.items() if k not in clashing}
+
+
+@lru_cache(maxsize=1024)
+def template_pattern(template: str) -> re.Pattern[str]:
+    """A regular expression matching the URIs an RFC 6570 template expands to (loosely)."""
+    parts: list[str] = []
+    for literal, expression in re.findall(r"([^{]*)(\{[^}]*\})?", template):
+        parts.append(re.escape(literal))
+        if not expression:
+            continue
+        operator = expression[1:2]
+        if operator in ("+", "#"):
+            parts.append(".*")
+        elif operator in ("?", "&"):
+            parts.append(r"(?:[?&].*)?")
+        elif operator == "/":
+            parts.append(r"(?:/.*)?")
+        else:
+            parts.append(r"[^/?#]*")
+    return re.compile("".join(parts))
+
+
+def _refused(exc: UpstreamCallFailed) -> MCPError:
+    """An upstream failure as the JSON-RPC error the caller gets: the connection's own error when it
+    answered with one, else an internal error saying why (timeout, unreachable, ended)."""
+    if exc.code is not None and exc.upstream_message is not None:
+        return MCPError(exc.code, exc.upstream_message)
+    return MCPError(-32603, str(exc))
+
+
+class Offerings:
+    """Resources, templates, prompts and completions of a caller's connections (F13)."""
+
+    def __init__(self, federation: Federation, upstreams: Upstreams) -> None:
+        self._federation = federation
+        self._upstreams = upstreams
+
+    async def catalogs(self, scope: CallerScope) -> list[tuple[ConnectionRecord, Catalog]]:
+        """The catalogs of the scope's reachable connections (an unreachable one is logged and left out)."""
+        conns = await self._federation.connections(scope)
+        found = await asyncio.gather(*(self._upstreams.catalog(c) for c in conns), return_exceptions=True)
+        out: list[tuple[ConnectionRecord, Catalog]] = []
+        for conn, catalog in zip(conns, found, strict=True):
+            if isinstance(catalog, BaseException):
+                log.warning("connection %s not listed: %s", conn.id, catalog)
+            else:
+                out.append((conn, catalog))
+        return out
+
+    async def capabilities(self, scope: CallerScope) -> frozenset[str]:
+        """What to announce: tools always (pipelines), the rest when a connection in scope has it."""
+        kinds = {"tools"}
+        for _, catalog in await self.catalogs(scope):
+            caps = catalog.capabilities
+            kinds.update(k for k, v in (("resources", caps.resources), ("prompts", caps.prompts),
+                                        ("completions", caps.completions)) if v is not None)
+        return frozenset(kinds)
+
+    # -- prompts ------------------------------------------------------------------------------
+
+    async def _prompts(self, scope: CallerScope) -> dict[str, tuple[ConnectionRecord, types.Prompt]]:
+        found = [(conn, catalog.prompts) for conn, catalog in await self.catalogs(scope)]
+        return claimed(found, lambda conn, p: federated_name(conn.name_prefix, p.name), "prompt")
+
+    async def prompts(self, scope: CallerScope) -> list[types.Prompt]:
+        """Every prompt in scope, named `<prefix>__<prompt>`."""
+        return [p.model_copy(update={"name": name}) for name, (_, p) in (await self._prompts(scope)).items()]
+
+    async def get_prompt(self, scope: CallerScope, name: str, arguments: dict[str, str] | None) -> types.GetPromptResult:
+        """The prompt behind federated `name`, from its connection."""
+        found = (await self._prompts(scope)).get(name)
+        if found is None:
+            raise MCPError(INVALID_PARAMS, f"unknown prompt: {name}")
+        conn, prompt = found
+
+        async def get(connection: McpConnection, client: mcp.Client) -> types.GetPromptResult:
+            return await client.get_prompt(prompt.name, arguments)
+
+        return await self._run(scope, conn, get, f"get prompt {name}")
+
+    # -- resources ----------------------------------------------------------------------------
+
+    async def _resources(self, catalogs: list[tuple[ConnectionRecord, Catalog]]) -> dict[str, tuple[ConnectionRecord, types.Resource]]:
+        return claimed([(c, cat.resources) for c, cat in catalogs], lambda conn, r: str(r.uri), "resource")
+
+    async def resources(self, scope: CallerScope) -> list[types.Resource]:
+        """Every resource in scope: its URI as listed, its name prefixed."""
+        listed = await self._resources(await self.catalogs(scope))
+        return [r.model_copy(update={"name": federated_name(c.name_prefix, r.name)}) for c, r in listed.values()]
+
+    async def templates(self, scope: CallerScope) -> list[types.ResourceTemplate]:
+        """Every resource template in scope: its URI template as listed, its name prefixed."""
+        found = [(c, cat.templates) for c, cat in await self.catalogs(scope)]
+        listed = claimed(found, lambda conn, t: t.uri_template, "resource template")
+        return [t.model_copy(update={"name": federated_name(c.name_prefix, t.name)}) for c, t in listed.values()]
+
+    async def owner_of(self, scope: CallerScope, uri: str) -> ConnectionRecord | None:
+        """The connection to read `uri` from (see the module's rule), or None."""
+        catalogs = await self.catalogs(scope)
+        listed = (await self._resources(catalogs)).get(uri)
+        if listed is not None:
+            return listed[0]
+        matching = [c for c, cat in catalogs if any(template_pattern(t.uri_template).fullmatch(uri) for t in cat.templates)]
+        if len(matching) == 1:
+            return matching[0]
+        offering = [c for c, cat in catalogs if cat.capabilities.resources is not None]
+        return offering[0] if len(offering) == 1 and not matching else None
+
+    async def read(self, scope: CallerScope, uri: str) -> types.ReadResourceResult:
+        """Read `uri` from its connection (F13)."""
+        conn = await self.owner_of(scope, uri)
+        if conn is None:
+            raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}")
+
+        async def read(connection: McpConnection, client: mcp.Client) -> types.ReadResourceResult:
+            return await client.read_resource(uri)
+
+        return await self._run(scope, conn, read, f"read {uri}")
+
+    # -- completions --------------------------------------------------------------------------
+
+    async def complete(self, scope: CallerScope, params: types.CompleteRequestParams) -> types.CompleteResult:
+        """Completion of a prompt's or a resource template's argument, from the connection behind it."""
+        ref: Any = params.ref
+        if isinstance(ref, types.PromptReference):
+            found = (await self._prompts(scope)).get(ref.name)
+            if found is None:
+                raise MCPError(INVALID_PARAMS, f"unknown prompt: {ref.name}")
+            conn, upstream_ref = found[0], types.PromptReference(type="ref/prompt", name=found[1].name)
+        else:
+            owners = [c for c, cat in await self.catalogs(scope) if any(t.uri_template == ref.uri for t in cat.templates)]
+            owner = owners[0] if len(owners) == 1 else await self.owner_of(scope, ref.uri)
+            if owner is None:
+                raise MCPError(INVALID_PARAMS, f"unknown resource template: {ref.uri}")
+            conn, upstream_ref = owner, ref
+        argument = {"name": params.argument.name, "value": params.argument.value}
+        context = params.context.arguments if params.context is not None else None
+
+        async def complete(connection: McpConnection, client: mcp.Client) -> types.CompleteResult:
+            return await client.complete(upstream_ref, argument, context)
+
+        return await self._run(scope, conn, complete, "complete")
+
+    async def _run(self, scope: CallerScope, conn: ConnectionRecord, operation: Any, what: str) -> Any:
+        try:
+            result = await self._upstreams.run_as(scope.session_key, conn, operation, what)
+        except UpstreamCallFailed as exc:
+            raise _refused(exc) from None
+        return result.model_copy(update={"meta": None}) if getattr(result, "meta", None) is not None else result
