@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from collections import OrderedDict
 from contextvars import ContextVar
 from collections.abc import Awaitable, Callable
@@ -53,7 +54,7 @@ class BridgeServer(Server[Any]):
         announced = ANNOUNCED.get()
         if announced is None:
             return capabilities
-        absent = {kind: None for kind in ("resources", "prompts", "completions") if kind not in announced}
+        absent = {kind: None for kind in ("resources", "prompts", "completions", "logging") if kind not in announced}
         return capabilities.model_copy(update=absent)
 
 
@@ -71,7 +72,7 @@ def build_server(handlers: BridgeHandlers, offerings: Offerings) -> Server[Any]:
         return types.ListToolsResult(tools=await handlers.list_tools(caller(ctx)))
 
     async def on_call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
-        return await handlers.call_tool(caller(ctx), params.name, params.arguments)
+        return await handlers.call_tool(caller(ctx), params.name, params.arguments, ctx)
 
     async def on_list_resources(ctx: ServerRequestContext[Any], params: Any) -> types.ListResourcesResult:
         return types.ListResourcesResult(resources=await offerings.resources(caller(ctx)))
@@ -80,21 +81,27 @@ def build_server(handlers: BridgeHandlers, offerings: Offerings) -> Server[Any]:
         return types.ListResourceTemplatesResult(resource_templates=await offerings.templates(caller(ctx)))
 
     async def on_read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        return await offerings.read(caller(ctx), str(params.uri))
+        return await offerings.read(caller(ctx), str(params.uri), ctx)
 
     async def on_list_prompts(ctx: ServerRequestContext[Any], params: Any) -> types.ListPromptsResult:
         return types.ListPromptsResult(prompts=await offerings.prompts(caller(ctx)))
 
     async def on_get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        return await offerings.get_prompt(caller(ctx), params.name, params.arguments)
+        return await offerings.get_prompt(caller(ctx), params.name, params.arguments, ctx)
 
     async def on_completion(ctx: ServerRequestContext[Any], params: types.CompleteRequestParams) -> types.CompleteResult:
-        return await offerings.complete(caller(ctx), params)
+        return await offerings.complete(caller(ctx), params, ctx)
 
-    return BridgeServer(
-        "toolgate-bridge",
-        version="0.1.0",
-        instructions="Tools, resources and prompts of your MCP connections (<prefix>__<name>) and, per bridge, its pipelines.",
+    async def on_set_logging_level(ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> types.EmptyResult:
+        return await offerings.set_level(caller(ctx), params.level)
+
+    async def on_subscribe_resource(ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams) -> types.EmptyResult:
+        return await offerings.subscribe(caller(ctx), str(params.uri), True)
+
+    async def on_unsubscribe_resource(ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        return await offerings.subscribe(caller(ctx), str(params.uri), False)
+
+    relayed = dict(
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
         on_list_resources=on_list_resources,
@@ -103,9 +110,20 @@ def build_server(handlers: BridgeHandlers, offerings: Offerings) -> Server[Any]:
         on_list_prompts=on_list_prompts,
         on_get_prompt=on_get_prompt,
         on_completion=on_completion,
-        # The 2026-07-28 path would otherwise re-run tools/list (every connection) to validate Mcp-Param headers.
-        get_tool_input_schema=lambda name: None,
+        on_set_logging_level=on_set_logging_level,
+        on_subscribe_resource=on_subscribe_resource,
+        on_unsubscribe_resource=on_unsubscribe_resource,
     )
+    with warnings.catch_warnings():  # logging and subscriptions are deprecated as of 2026-07-28, still relayed before
+        warnings.simplefilter("ignore")
+        return BridgeServer(
+            "toolgate-bridge",
+            version="0.1.0",
+            instructions="Tools, resources and prompts of your MCP connections (<prefix>__<name>) and, per bridge, its pipelines.",
+            # The 2026-07-28 path would otherwise re-run tools/list (every connection) to validate Mcp-Param headers.
+            get_tool_input_schema=lambda name: None,
+            **relayed,
+        )
 
 
 def build_manager(server: Server[Any], allowed_hosts: list[str]) -> StreamableHTTPSessionManager:

@@ -20,6 +20,7 @@ from gateway.bridge.audit_args import Scrub, is_mutating, reduce_args
 from gateway.bridge.federation import CallerScope, Federation
 from gateway.bridge.graph import Graph, Pipeline, is_tool_name, pipeline_input_schema
 from gateway.bridge.records import AuditAction, AuditRecord
+from gateway.bridge.relay import Downstream
 from gateway.bridge.runner import PipelineFailed, PipelineRefused, plan_run, run_pipeline
 from gateway.bridge.store import BridgeStore
 from gateway.bridge.upstream import UpstreamCallFailed, Upstreams
@@ -65,6 +66,8 @@ class BridgeHandlers:
         graph = await self.graph(scope)
         if graph is None:
             return tools
+        names = {p.name for p in graph.pipelines}
+        tools = [t for t in tools if t.name not in names]  # a pipeline wins over a tool of its name
         for pipeline in graph.pipelines:
             description = pipeline.description or f"Pipeline {pipeline.name} ({scope.name})"
             tools.append(
@@ -72,8 +75,11 @@ class BridgeHandlers:
             )
         return tools
 
-    async def call_tool(self, scope: CallerScope, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
-        """Call a pipeline or a federated tool; always returns a result and always audits."""
+    async def call_tool(
+        self, scope: CallerScope, name: str, arguments: dict[str, Any] | None, downstream: Downstream | None = None
+    ) -> types.CallToolResult:
+        """Call a pipeline or a federated tool; always returns a result and always audits. What the
+        connection of a federated tool sends meanwhile is relayed to `downstream` (F14)."""
         started = time.perf_counter()
         action: AuditAction = "mcp.tool_call"
         mutating = is_mutating(name.partition("__")[2] or name)
@@ -86,7 +92,7 @@ class BridgeHandlers:
                 mutating = _pipeline_mutates(graph, pipeline)
                 result = await self._call_pipeline(scope, graph, pipeline, arguments or {})
             else:
-                result = await self._call_federated(scope, name, arguments or {})
+                result = await self._call_federated(scope, name, arguments or {}, downstream)
             return result
         finally:
             status = "failure" if result.is_error else "success"
@@ -106,7 +112,9 @@ class BridgeHandlers:
                 )
             )
 
-    async def _call_federated(self, scope: CallerScope, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _call_federated(
+        self, scope: CallerScope, name: str, arguments: dict[str, Any], downstream: Downstream | None
+    ) -> types.CallToolResult:
         try:
             resolved = await self._federation.resolve(scope, name)
         except UpstreamCallFailed as exc:
@@ -115,7 +123,7 @@ class BridgeHandlers:
             return error_result(f"unknown tool: {name}")
         try:
             result = await self._upstreams.call_tool_as(
-                scope.session_key, resolved.connection, resolved.upstream_name, arguments
+                scope.session_key, resolved.connection, resolved.upstream_name, arguments, downstream
             )
         except UpstreamCallFailed as exc:
             return error_result(f"tool {name} failed: {exc}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from mcp import MCPError
 from gateway.bridge.federation import CallerScope, Federation
 from gateway.bridge.naming import federated_name
 from gateway.bridge.records import ConnectionRecord
+from gateway.bridge.relay import Downstream
 from gateway.bridge.upstream import Catalog, UpstreamCallFailed, Upstreams
 from gateway.mcp.connection import McpConnection
 
@@ -105,7 +107,7 @@ class Offerings:
         for _, catalog in await self.catalogs(scope):
             caps = catalog.capabilities
             kinds.update(k for k, v in (("resources", caps.resources), ("prompts", caps.prompts),
-                                        ("completions", caps.completions)) if v is not None)
+                                        ("completions", caps.completions), ("logging", caps.logging)) if v is not None)
         return frozenset(kinds)
 
     # -- prompts ------------------------------------------------------------------------------
@@ -118,7 +120,9 @@ class Offerings:
         """Every prompt in scope, named `<prefix>__<prompt>`."""
         return [p.model_copy(update={"name": name}) for name, (_, p) in (await self._prompts(scope)).items()]
 
-    async def get_prompt(self, scope: CallerScope, name: str, arguments: dict[str, str] | None) -> types.GetPromptResult:
+    async def get_prompt(
+        self, scope: CallerScope, name: str, arguments: dict[str, str] | None, downstream: Downstream | None = None
+    ) -> types.GetPromptResult:
         """The prompt behind federated `name`, from its connection."""
         found = (await self._prompts(scope)).get(name)
         if found is None:
@@ -128,7 +132,7 @@ class Offerings:
         async def get(connection: McpConnection, client: mcp.Client) -> types.GetPromptResult:
             return await client.get_prompt(prompt.name, arguments)
 
-        return await self._run(scope, conn, get, f"get prompt {name}")
+        return await self._run(scope, conn, get, f"get prompt {name}", downstream)
 
     # -- resources ----------------------------------------------------------------------------
 
@@ -158,7 +162,7 @@ class Offerings:
         offering = [c for c, cat in catalogs if cat.capabilities.resources is not None]
         return offering[0] if len(offering) == 1 and not matching else None
 
-    async def read(self, scope: CallerScope, uri: str) -> types.ReadResourceResult:
+    async def read(self, scope: CallerScope, uri: str, downstream: Downstream | None = None) -> types.ReadResourceResult:
         """Read `uri` from its connection (F13)."""
         conn = await self.owner_of(scope, uri)
         if conn is None:
@@ -167,11 +171,13 @@ class Offerings:
         async def read(connection: McpConnection, client: mcp.Client) -> types.ReadResourceResult:
             return await client.read_resource(uri)
 
-        return await self._run(scope, conn, read, f"read {uri}")
+        return await self._run(scope, conn, read, f"read {uri}", downstream)
 
     # -- completions --------------------------------------------------------------------------
 
-    async def complete(self, scope: CallerScope, params: types.CompleteRequestParams) -> types.CompleteResult:
+    async def complete(
+        self, scope: CallerScope, params: types.CompleteRequestParams, downstream: Downstream | None = None
+    ) -> types.CompleteResult:
         """Completion of a prompt's or a resource template's argument, from the connection behind it."""
         ref: Any = params.ref
         if isinstance(ref, types.PromptReference):
@@ -191,11 +197,41 @@ class Offerings:
         async def complete(connection: McpConnection, client: mcp.Client) -> types.CompleteResult:
             return await client.complete(upstream_ref, argument, context)
 
-        return await self._run(scope, conn, complete, "complete")
+        return await self._run(scope, conn, complete, "complete", downstream)
 
-    async def _run(self, scope: CallerScope, conn: ConnectionRecord, operation: Any, what: str) -> Any:
+    # -- logging and subscriptions (handshake-era features, relayed) ----------------------------
+
+    async def set_level(self, scope: CallerScope, level: types.LoggingLevel) -> types.EmptyResult:
+        """`logging/setLevel` on the caller's session of every connection in scope that logs."""
+        logging_conns = [c for c, cat in await self.catalogs(scope) if cat.capabilities.logging is not None]
+
+        async def set_level(connection: McpConnection, client: mcp.Client) -> Any:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return await client.set_logging_level(level)
+
+        await asyncio.gather(*(self._run(scope, c, set_level, "set the log level") for c in logging_conns))
+        return types.EmptyResult()
+
+    async def subscribe(self, scope: CallerScope, uri: str, on: bool) -> types.EmptyResult:
+        """`resources/subscribe` (or unsubscribe) on the caller's session of the connection behind `uri`."""
+        conn = await self.owner_of(scope, uri)
+        if conn is None:
+            raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}")
+
+        async def subscription(connection: McpConnection, client: mcp.Client) -> Any:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return await (client.subscribe_resource(uri) if on else client.unsubscribe_resource(uri))
+
+        await self._run(scope, conn, subscription, "subscribe" if on else "unsubscribe")
+        return types.EmptyResult()
+
+    async def _run(
+        self, scope: CallerScope, conn: ConnectionRecord, operation: Any, what: str, downstream: Downstream | None = None
+    ) -> Any:
         try:
-            result = await self._upstreams.run_as(scope.session_key, conn, operation, what)
+            result = await self._upstreams.run_as(scope.session_key, conn, operation, what, downstream)
         except UpstreamCallFailed as exc:
             raise _refused(exc) from None
         return result.model_copy(update={"meta": None}) if getattr(result, "meta", None) is not None else result

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -26,7 +27,8 @@ from mcp import MCPError
 from prometheus_client import CollectorRegistry
 
 from gateway.bridge.records import ConnectionRecord
-from gateway.mcp.connection import McpConnection, Operation
+from gateway.bridge.relay import Downstream, Relay
+from gateway.mcp.connection import ClientFactory, McpConnection, Operation
 from gateway.mcp.errors import CallTimeout, describe, session_ended
 from gateway.mcp.metrics import PoolMetrics
 from gateway.mcp.operations import all_pages, relay_tool_call
@@ -110,6 +112,8 @@ class Upstreams:
         self._needs_listing: dict[str, set[str]] = {}
         """Tools per connection whose server wants Mcp-Param headers: listed before each call."""
         self._closing: set[asyncio.Task[None]] = set()
+        self._relays: weakref.WeakValueDictionary[tuple[str, str], Relay] = weakref.WeakValueDictionary()
+        """Per pooled session (connection, caller): alive while its session's client holds it."""
 
     async def close(self) -> None:
         """Close every pooled session (DELETE), wait for background closes, close the HTTP clients."""
@@ -171,20 +175,42 @@ class Upstreams:
         return await self._fresh(target, operation, f"call {tool} on {conn.id}")
 
     async def call_tool_as(
-        self, caller: str, conn: ConnectionRecord, tool: str, arguments: dict[str, object]
+        self, caller: str, conn: ConnectionRecord, tool: str, arguments: dict[str, object], downstream: Downstream | None = None
     ) -> types.CallToolResult:
-        """Call `tool` on the caller's own pooled session of `conn` (F15); raises `UpstreamCallFailed`."""
-        target = self.target(conn)
-        operation = relay_tool_call(tool, dict(arguments), self.timeout, self._needs_listing.setdefault(conn.id, set()))
-        return await self.run_as(caller, conn, operation, f"call {tool} on {conn.id}")
+        """Call `tool` on the caller's own pooled session of `conn` (F15), relaying what the connection
+        sends meanwhile to the Bridge request `downstream` (F14); raises `UpstreamCallFailed`."""
+        operation = relay_tool_call(
+            tool, dict(arguments), self.timeout, self._needs_listing.setdefault(conn.id, set()), Relay.progress_to(downstream)
+        )
+        return await self.run_as(caller, conn, operation, f"call {tool} on {conn.id}", downstream)
 
-    async def run_as(self, caller: str, conn: ConnectionRecord, operation: Operation[T], what: str) -> T:
+    async def run_as(
+        self, caller: str, conn: ConnectionRecord, operation: Operation[T], what: str, downstream: Downstream | None = None
+    ) -> T:
         """Run `operation` on the caller's own pooled session of `conn` (F15); raises `UpstreamCallFailed`."""
         pool = self._pool(conn.id, self.target(conn))
+        relay = self._relay(conn.id, caller)
         try:
-            return await pool.run(caller, "", operation)
+            with relay.serving(downstream):
+                return await pool.run(caller, "", operation)
         except Exception as exc:
             raise self._failure(what, exc) from exc
+
+    def _relay(self, connection_id: str, caller: str) -> Relay:
+        relay = self._relays.get((connection_id, caller))
+        if relay is None:
+            relay = Relay(connection_id)
+            self._relays[(connection_id, caller)] = relay
+        return relay
+
+    def _caller_factory(self, connection_id: str, target: McpTarget) -> Callable[[str], ClientFactory]:
+        """Sessions of one caller's slot declare the relay's callbacks (the connection's requests go to that caller)."""
+
+        def factory_for(slot: str) -> ClientFactory:
+            relay = self._relay(connection_id, SessionPool.slot_key(slot) or slot)
+            return self.clients.factory(target, relay.options)
+
+        return factory_for
 
     def _pool(self, connection_id: str, target: McpTarget) -> SessionPool:
         pooled = self._pools.get(connection_id)
@@ -194,7 +220,7 @@ class Upstreams:
             self._in_background(pooled[1].close())
         pool = SessionPool(
             self.clients.factory(target), server=connection_id, timeout=self.timeout, idle_seconds=self._idle,
-            metrics=self._metrics,
+            metrics=self._metrics, factory_for=self._caller_factory(connection_id, target),
         )
         pool.start()
         self._pools[connection_id] = (target, pool)

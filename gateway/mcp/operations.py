@@ -9,6 +9,7 @@ from typing import Any
 import mcp
 import mcp_types as types
 from mcp import MCPError
+from mcp.shared.dispatcher import ProgressFnT
 from mcp_types import HEADER_MISMATCH
 
 from gateway.mcp.connection import McpConnection, Operation
@@ -60,7 +61,7 @@ def call_tool(name: str, arguments: dict[str, Any], timeout: float) -> Operation
 
 
 def relay_tool_call(
-    name: str, arguments: dict[str, Any], timeout: float, needs_listing: set[str]
+    name: str, arguments: dict[str, Any], timeout: float, needs_listing: set[str], progress: ProgressFnT | None = None
 ) -> Operation[types.CallToolResult]:
     """An operation for a relay (the Bridge): the call alone, one request. `Client.call_tool` would
     list the tools first on every new session (to validate the output and mirror `Mcp-Param`
@@ -72,13 +73,14 @@ def relay_tool_call(
             request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
             try:
                 return await client.session.send_request(
-                    request, types.CallToolResult, request_read_timeout_seconds=sdk_timeout(timeout)
+                    request, types.CallToolResult, request_read_timeout_seconds=sdk_timeout(timeout),
+                    progress_callback=progress,
                 )
             except MCPError as exc:
                 if exc.code != HEADER_MISMATCH:
                     raise
             needs_listing.add(name)
         await list_tools(connection, client)
-        return await client.call_tool(name, arguments, read_timeout_seconds=sdk_timeout(timeout))
+        return await client.call_tool(name, arguments, read_timeout_seconds=sdk_timeout(timeout), progress_callback=progress)
 
     return operation

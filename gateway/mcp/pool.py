@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
 
@@ -38,8 +39,11 @@ class SessionPool:
         timeout: float,
         idle_seconds: float,
         metrics: PoolMetrics,
+        factory_for: Callable[[str], ClientFactory] | None = None,
     ) -> None:
+        """`factory_for(slot)`, when given, makes each slot's sessions (per-slot callbacks); else `factory`."""
         self._factory = factory
+        self._factory_for = factory_for
         self._server = server
         self._timeout = timeout
         self._idle = idle_seconds
@@ -54,6 +58,11 @@ class SessionPool:
     def start(self) -> None:
         """Start the idle reaper."""
         self._reaper = asyncio.get_running_loop().create_task(self._reap(), name=f"mcp-reaper:{self._server}")
+
+    @staticmethod
+    def slot_key(slot: str) -> str | None:
+        """The key a slot was named by (None for a request's own slot)."""
+        return slot[2:] if slot.startswith("k:") else None
 
     @staticmethod
     def _slot(key: str | None, request_token: str) -> str:
@@ -96,7 +105,8 @@ class SessionPool:
         if old is not None:  # ended by the server or its transport since the last call (B16)
             self._metrics.replaced.inc()
             await self._discard(old)
-        connection = McpConnection(self._factory, f"{self._server}/{slot[:14]}")
+        factory = self._factory_for(slot) if self._factory_for is not None else self._factory
+        connection = McpConnection(factory, f"{self._server}/{slot[:14]}")
         await connection.open(self._timeout)
         self._metrics.opened.inc()
         self._metrics.open.inc()

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -161,12 +161,20 @@ class BridgeApp:
     registry: CollectorRegistry
 
 
-def bridge_app(config: BridgeConfig, base_dir: Path, *, store: BridgeStore | None = None) -> BridgeApp:
+async def anonymous(request: Request) -> Identity:
+    """Auth off (`auth.mode: none`): every caller is anonymous (owner key `anonymous`)."""
+    return Identity()
+
+
+def bridge_app(
+    config: BridgeConfig, base_dir: Path, *, store: BridgeStore | None = None,
+    authenticate: Callable[[Request], Awaitable[Identity]] = authenticate_by_key,
+) -> BridgeApp:
     """A Starlette app serving the Bridge's routes, its lifespan starting and stopping the service."""
     registry = CollectorRegistry()
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300))
     service = BridgeService(
-        config, authenticate=authenticate_by_key, http=http, metrics=registry, base_dir=base_dir,
+        config, authenticate=authenticate, http=http, metrics=registry, base_dir=base_dir,
         secrets=SecretSet(), store=store,
     )
 
