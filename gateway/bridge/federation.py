@@ -63,6 +63,12 @@ class CallerScope:
         return self.owners[0]
 
 
+def callable_tools(tools: list[types.Tool]) -> list[types.Tool]:
+    """The tools a plain `tools/call` can run: one that requires task-augmented execution is not
+    listed (the Bridge does not relay tasks), so no listed tool fails for that reason (F14)."""
+    return [t for t in tools if t.execution is None or t.execution.task_support != "required"]
+
+
 @dataclass(frozen=True)
 class ResolvedTool:
     """A federated name resolved to the connection and the upstream tool behind it."""
@@ -113,7 +119,7 @@ class Federation:
                 log.warning("connection %s not listed: %s", conn.id, result)
                 continue
             seen: set[str] = set()
-            for tool in result:
+            for tool in callable_tools(result):
                 name = federated_name(conn.name_prefix, tool.name)
                 if name in seen:
                     log.warning("connection %s: tool %r maps to %s like an earlier one; skipped", conn.id, tool.name, name)
@@ -141,7 +147,7 @@ class Federation:
             if isinstance(tools, BaseException):
                 failed.append(tools)
                 continue
-            upstream = ToolNameMap.build(conn.name_prefix, [t.name for t in tools]).upstream(name)
+            upstream = ToolNameMap.build(conn.name_prefix, [t.name for t in callable_tools(tools)]).upstream(name)
             if upstream is not None:
                 found.append(ResolvedTool(conn, upstream))
         if not found and failed:

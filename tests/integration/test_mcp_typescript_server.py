@@ -70,6 +70,8 @@ async def test_a_federated_call_through_the_bridge_survives_a_typescript_server_
             everything.restart()
             after = await alice.call_tool("every__echo", {"message": "three"})
     assert "every__echo" in names and "every__get-sum" in names
+    # R: F14 — a tool that requires task-augmented execution could never succeed through the Bridge
+    assert "every__simulate-research-query" not in names
     assert [r.content[0].text for r in (before, again, after)] == ["Echo: one", "Echo: two", "Echo: three"]  # type: ignore[union-attr]
     assert not after.is_error
     assert pooled == 1, "two calls of one caller share one upstream session"

@@ -141,7 +141,11 @@ def build_server(state: McpServerState, *, resources: bool = True, name: str = "
         elif params.name == "pid":
             text = str(os.getpid())
         elif params.name == "slow":
-            await asyncio.sleep(float(arguments.get("delay", 0.2)))
+            try:
+                await asyncio.sleep(float(arguments.get("delay", 0.2)))
+            except asyncio.CancelledError:  # the client cancelled the call (notifications/cancelled)
+                state.note(lambda: state.calls.update(["slow:cancelled"]))
+                raise
             text = "slow done"
         elif params.name == "image":
             data = base64.b64encode(PNG).decode()
