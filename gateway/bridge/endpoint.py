@@ -126,8 +126,18 @@ def build_server(handlers: BridgeHandlers, offerings: Offerings) -> Server[Any]:
         )
 
 
+def with_bare_hosts(allowed_hosts: list[str]) -> list[str]:
+    """`host:*` admits any port, so also the Host header without one (`Host: localhost`, default port)."""
+    hosts = list(allowed_hosts)
+    for host in allowed_hosts:
+        if host.endswith(":*") and host[:-2] not in hosts:
+            hosts.append(host[:-2])
+    return hosts
+
+
 def build_manager(server: Server[Any], allowed_hosts: list[str]) -> StreamableHTTPSessionManager:
     """A session-ful manager (stateless 2026-07-28 requests are served by it too)."""
+    allowed_hosts = with_bare_hosts(allowed_hosts)
     origins = [f"{scheme}://{host}" for host in allowed_hosts for scheme in ("http", "https")]
     security = (
         TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=origins)
@@ -171,7 +181,11 @@ class McpEndpoint:
         session_id = request.headers.get(MCP_SESSION_ID_HEADER)
         # Every session is minted through here, so an id we do not hold is foreign, expired or forgotten.
         if session_id is not None and self._sessions.get(session_id) != binding:
-            log.warning("session %s refused: opened by another caller or on another bridge", session_id[:16])
+            if session_id in self._sessions:
+                log.warning("session %s refused: opened by another caller or on another bridge", session_id[:16])
+            else:
+                log.info("session %s refused: unknown here (ended, deleted, expired, or opened on another replica)",
+                         session_id[:16])
             body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Session not found"}}
             await _json(send, 404, body)
             return
@@ -190,9 +204,21 @@ class McpEndpoint:
         return CallerScope(identity, owners, bridge)
 
     def _watch(self, send: Send, session_id: str | None, binding: tuple[str | None, ...], method: str) -> Send:
-        """Record the binding of a session the SDK mints; forget it when the client deletes it."""
+        """Record the binding of a session the SDK mints; forget it when the client deletes it. A body
+        the SDK refuses as too large (413, plain text) is answered as a JSON-RPC error instead."""
+        too_large = False
 
         async def watched(message: Message) -> None:
+            nonlocal too_large
+            if message["type"] == "http.response.start" and message["status"] == 413:
+                too_large = True
+                return
+            if too_large:
+                if message["type"] == "http.response.body" and not message.get("more_body"):
+                    body = {"jsonrpc": "2.0", "id": None,
+                            "error": {"code": -32600, "message": "Request body too large (over 4 MiB)"}}
+                    await _json(send, 413, body)
+                return
             if message["type"] == "http.response.start":
                 if session_id is None:
                     for key, value in message.get("headers", []):
