@@ -1,8 +1,9 @@
 """Everything else a connection offers, federated (F13): resources, resource templates, prompts and
 completions, and the capabilities the Bridge announces to a caller.
 
-Names are per connection like tools: a prompt `greet` of connection `gh` is `gh__greet`, a
-resource or template keeps its URI and gets the prefixed `name`. URIs are the resource's own
+Names are per connection like tools: a prompt `greet` of connection `gh` is `gh__greet` (mapped
+like a tool name when it must be), a resource or template keeps its URI and its name gets the
+prefix (`gh__README.md`). URIs are the resource's own
 identity (and what resource links in tool results point at), so they pass unchanged; a read goes to
 the connection that lists the URI, else to the one whose template matches it, else to the only
 connection offering resources. A URI or name two connections both claim is listed for neither.
@@ -24,7 +25,7 @@ import mcp_types as types
 from mcp import MCPError
 
 from gateway.bridge.federation import CallerScope, Federation
-from gateway.bridge.naming import federated_name
+from gateway.bridge.naming import SEPARATOR, federated_name
 from gateway.bridge.records import ConnectionRecord
 from gateway.bridge.relay import Downstream
 from gateway.bridge.upstream import Catalog, UpstreamCallFailed, Upstreams
@@ -72,6 +73,12 @@ def template_pattern(template: str) -> re.Pattern[str]:
         else:
             parts.append(r"[^/?#]*")
     return re.compile("".join(parts))
+
+
+def display_name(prefix: str, name: str) -> str:
+    """A resource's or template's name in the federation: `<prefix>__<name>`, otherwise as it is (a
+    name to show, not to route by: reads go by URI, so it needs no mapping)."""
+    return f"{prefix}{SEPARATOR}{name}" if prefix else name
 
 
 def _refused(exc: UpstreamCallFailed) -> MCPError:
@@ -142,13 +149,13 @@ class Offerings:
     async def resources(self, scope: CallerScope) -> list[types.Resource]:
         """Every resource in scope: its URI as listed, its name prefixed."""
         listed = await self._resources(await self.catalogs(scope))
-        return [r.model_copy(update={"name": federated_name(c.name_prefix, r.name)}) for c, r in listed.values()]
+        return [r.model_copy(update={"name": display_name(c.name_prefix, r.name)}) for c, r in listed.values()]
 
     async def templates(self, scope: CallerScope) -> list[types.ResourceTemplate]:
         """Every resource template in scope: its URI template as listed, its name prefixed."""
         found = [(c, cat.templates) for c, cat in await self.catalogs(scope)]
         listed = claimed(found, lambda conn, t: t.uri_template, "resource template")
-        return [t.model_copy(update={"name": federated_name(c.name_prefix, t.name)}) for c, t in listed.values()]
+        return [t.model_copy(update={"name": display_name(c.name_prefix, t.name)}) for c, t in listed.values()]
 
     async def owner_of(self, scope: CallerScope, uri: str) -> ConnectionRecord | None:
         """The connection to read `uri` from (see the module's rule), or None."""

@@ -60,6 +60,7 @@ async def test_resources_templates_prompts_and_completions_of_a_typescript_serve
     assert caps is not None and caps.resources is not None and caps.prompts is not None and caps.completions is not None
     assert DOC in {str(r.uri) for r in resources}, "URIs pass unchanged"
     assert all(r.name.startswith("every__") for r in resources), "names are per connection like tools"
+    assert "every__architecture.md" in {r.name for r in resources}, "a resource name is shown, not mapped"
     assert {t.uri_template for t in templates} >= {"demo://resource/dynamic/text/{resourceId}"}
     assert "Everything Server – Architecture" in doc.contents[0].text  # type: ignore[union-attr]
     assert "7" in str(dynamic.contents[0])
