@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -37,6 +39,7 @@ T = TypeVar("T")
 RESOURCE_NOT_FOUND = -32002
 INVALID_PARAMS = -32602
 METHOD_NOT_FOUND = -32601
+MAX_ANNOUNCED = 10_000
 
 
 def claimed(found: Sequence[tuple[ConnectionRecord, Sequence[T]]], key: Callable[[ConnectionRecord, T], str], what: str) -> dict[str, tuple[ConnectionRecord, T]]:
@@ -92,9 +95,13 @@ def _refused(exc: UpstreamCallFailed) -> MCPError:
 class Offerings:
     """Resources, templates, prompts and completions of a caller's connections (F13)."""
 
-    def __init__(self, federation: Federation, upstreams: Upstreams) -> None:
+    def __init__(self, federation: Federation, upstreams: Upstreams, ttl: float = 30.0) -> None:
         self._federation = federation
         self._upstreams = upstreams
+        self._ttl = ttl
+        self._announced: OrderedDict[tuple[Any, ...], tuple[float, frozenset[str]]] = OrderedDict()
+        """Capabilities per scope, kept like the listings (`toolListTtlSeconds`): every session-less
+        request (each 2026-07-28 call) needs them, and a store query per call would cost."""
 
     async def catalogs(self, scope: CallerScope) -> list[tuple[ConnectionRecord, Catalog]]:
         """The catalogs of the scope's reachable connections (an unreachable one is logged and left out)."""
@@ -110,6 +117,19 @@ class Offerings:
 
     async def capabilities(self, scope: CallerScope) -> frozenset[str]:
         """What to announce: tools always (pipelines), the rest when a connection in scope has it."""
+        key = (scope.owners, scope.bridge)
+        now = time.monotonic()
+        cached = self._announced.get(key)
+        if cached is not None and now - cached[0] < self._ttl:
+            return cached[1]
+        kinds = await self._capabilities(scope)
+        self._announced[key] = (now, kinds)
+        self._announced.move_to_end(key)
+        while len(self._announced) > MAX_ANNOUNCED:
+            self._announced.popitem(last=False)
+        return kinds
+
+    async def _capabilities(self, scope: CallerScope) -> frozenset[str]:
         kinds = {"tools"}
         for _, catalog in await self.catalogs(scope):
             caps = catalog.capabilities

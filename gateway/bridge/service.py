@@ -71,7 +71,7 @@ class BridgeService:
         self.audit = AuditWriter(self.store, queue_size=config.auditQueueSize, registry=metrics)
         federation = Federation(self.store, self.upstreams, config.api_endpoint_allowed)
         self.handlers = BridgeHandlers(self.store, federation, self.upstreams, self.audit, secrets.scrub, metrics)
-        self.offerings = Offerings(federation, self.upstreams)
+        self.offerings = Offerings(federation, self.upstreams, ttl=config.toolListTtlSeconds)
         self._endpoint = McpEndpoint(self.store, authenticate, self.offerings, scrub=secrets.scrub)
         self._api = BridgeApi(self.store, self.upstreams, authenticate, config.api_endpoint_allowed, scrub=secrets.scrub)
         self._audit_api = AuditApi(self.store, authenticate, scrub=secrets.scrub)

@@ -41,6 +41,9 @@ log = logging.getLogger("toolgate.bridge.upstream")
 T = TypeVar("T")
 CALL_TIMEOUT_SECONDS = 30.0
 SESSION_IDLE_SECONDS = 300.0
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""Largest answer (one streamed event) relayed from a connection: a bigger one (a 50 MB resource)
+is a clear error to its caller, not 50 MB held in the Bridge and sent on."""
 
 
 class UpstreamCallFailed(Exception):
@@ -105,7 +108,7 @@ class Upstreams:
         self.timeout = timeout
         self._idle = idle_seconds
         self._metrics = PoolMetrics(registry if registry is not None else CollectorRegistry(), "bridge")
-        self.clients = McpClients()
+        self.clients = McpClients(MAX_ANSWER_BYTES)
         self._targets: dict[str, tuple[ConnectionRecord, McpTarget]] = {}
         self._pools: dict[str, tuple[McpTarget, SessionPool]] = {}
         self._catalogs: dict[str, tuple[float, McpTarget, Catalog]] = {}
