@@ -191,7 +191,10 @@ class McpEndpoint:
             return
         scope[SCOPE_KEY] = caller
         if session_id is None and request.method == "POST":  # may open a session or discover: capabilities
-            ANNOUNCED.set(await self._offerings.capabilities(caller))
+            try:
+                ANNOUNCED.set(await self._offerings.capabilities(caller))
+            except Exception as exc:  # the handlers will meet the same failure and answer it; announce all
+                log.warning("capabilities of %s not computed: %s", caller.name, type(exc).__name__)
         await manager.handle_request(scope, receive, self._watch(send, session_id, binding, request.method))
 
     async def _caller(self, identity: Identity, bridge_id: str | None) -> CallerScope:
