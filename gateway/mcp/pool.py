@@ -51,13 +51,16 @@ class SessionPool:
         self._sessions: dict[str, McpConnection] = {}
         self._opening: dict[str, asyncio.Task[McpConnection]] = {}
         """At most one opening attempt per slot; it exists only while the attempt runs."""
-        self._wake = asyncio.Event()
-        self._reaper: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        """The next idle check: a timer, not a waiting task, so an empty pool holds no task at all."""
+        self._reaping: asyncio.Task[None] | None = None
         self._closing = False
 
     def start(self) -> None:
-        """Start the idle reaper."""
-        self._reaper = asyncio.get_running_loop().create_task(self._reap(), name=f"mcp-reaper:{self._server}")
+        """Arm the idle reaper (it runs when a session may have expired)."""
+        self._loop = asyncio.get_running_loop()
+        self._schedule()
 
     @staticmethod
     def slot_key(slot: str) -> str | None:
@@ -111,7 +114,7 @@ class SessionPool:
         self._metrics.opened.inc()
         self._metrics.open.inc()
         self._sessions[slot] = connection
-        self._wake.set()
+        self._schedule()
         return connection
 
     async def run(self, key: str | None, request_token: str, operation: Operation[T]) -> T:
@@ -167,17 +170,29 @@ class SessionPool:
         # A session with a call in flight is looked at again one lifetime from now.
         return min((c.last_used if c.active == 0 else now) for c in self._sessions.values()) + self._idle - now
 
+    def _schedule(self) -> None:
+        """(Re)arm the timer for the earliest possible expiry; none while the pool is empty."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        delay = self._next_expiry()
+        if self._loop is None or self._closing or delay is None:
+            return
+        self._timer = self._loop.call_later(max(delay, 0.01), self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        if self._reaping is None or self._reaping.done():
+            assert self._loop is not None
+            self._reaping = self._loop.create_task(self._reap(), name=f"mcp-reap:{self._server}")
+
     async def _reap(self) -> None:
-        while not self._closing:
-            self._wake.clear()
-            delay = self._next_expiry()
-            try:
-                await asyncio.wait_for(self._wake.wait(), None if delay is None else max(delay, 0.01))
-            except TimeoutError:
-                try:
-                    await self.reap()
-                except Exception as exc:  # a reaper that dies would leak every later session
-                    log.warning("mcp idle reaper of %s: %s", self._server, describe(exc))
+        try:
+            await self.reap()
+        except Exception as exc:  # a reaper that dies would leak every later session
+            log.warning("mcp idle reaper of %s: %s", self._server, describe(exc))
+        finally:
+            self._schedule()
 
     @property
     def size(self) -> int:
@@ -187,9 +202,11 @@ class SessionPool:
     async def close(self) -> None:
         """Stop the reaper, abandon sessions being opened, close every session (with DELETE)."""
         self._closing = True
-        if self._reaper is not None:
-            self._reaper.cancel()
-            await asyncio.gather(self._reaper, return_exceptions=True)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._reaping is not None and not self._reaping.done():
+            await asyncio.gather(self._reaping, return_exceptions=True)
         openings = list(self._opening.values())
         self._opening.clear()
         for task in openings:

@@ -445,7 +445,8 @@ async def test_bridge_audit_store_failing_leaves_tool_calls_succeeding_counts_th
     store = FlakyStore(tmp_path / "audit.db")
     with serve(tool_server(tools_log, delay=0.01)) as tools:
         config = BridgeConfig.model_validate(
-            {"database": "bridge.db", "connections": [{"id": "tools", "owner": "alice", "endpoint": f"{tools.url}/mcp"}]}
+            {"database": "bridge.db", "connections": [{"id": "tools", "owner": "alice", "endpoint": f"{tools.url}/mcp"}],
+             "sessionIdleSeconds": 0.5}  # alice's upstream session (kept between her calls, F15) closes soon after
         )
         app = bridge_app(config, tmp_path, store=store)
         with serve(app.app) as bridge_server:
