@@ -146,7 +146,10 @@ class Upstreams:
             self.forget(conn.id)
         auth = None
         if conn.auth_header_name and conn.auth_secret:
-            auth = (conn.auth_header_name, resolve_secret(conn.auth_secret, self._base_dir, self._secrets))
+            try:
+                auth = (conn.auth_header_name, resolve_secret(conn.auth_secret, self._base_dir, self._secrets))
+            except Exception:  # a missing variable or file: the call fails, the reference is not shown
+                raise UpstreamCallFailed(f"connection {conn.id}: its credential could not be resolved") from None
         target = McpTarget(label=conn.id, endpoint=conn.endpoint, auth_header=auth, timeout=self.timeout)
         self._targets[conn.id] = (conn, target)
         return target
