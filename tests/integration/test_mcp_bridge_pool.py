@@ -46,6 +46,15 @@ async def test_three_turns_of_one_conversation_share_one_session_and_another_con
     assert metric(registry, "toolgate_mcp_sessions_opened_total", server="docs") == 2
 
 
+# R: B14, B16
+async def test_the_protocol_is_probed_once_for_all_sessions_of_a_node(state: McpServerState) -> None:
+    with serve(http_app(state)) as stateless:  # speaks 2026-07-28: the probe (server/discover) is answered
+        async with running_bridge(endpoint=stateless.url + "/mcp") as (bridge, _):
+            texts = [(await bridge.call_tool(context(f"conv-{i}", f"r{i}"), "echo", {"i": i})).text for i in range(4)]
+    assert texts == [f'{{"i": {i}}}' for i in range(4)]
+    assert state.methods["server/discover"] == 1, "four conversations' sessions, one probe"
+
+
 # R: B14
 async def test_tools_listing_is_cached_on_the_pooled_session(state: McpServerState, sessionful: ServerThread) -> None:
     async with running_bridge(endpoint=sessionful.url + "/mcp") as (bridge, _):
