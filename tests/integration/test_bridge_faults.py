@@ -72,3 +72,38 @@ async def test_a_connection_dying_mid_call_fails_that_call_and_the_next_call_ope
     assert died.is_error and text(died).startswith("tool dying__exit failed: call exit on dying: ")
     assert gone.is_error and text(gone) == "tool dying__count failed: call count on dying: the MCP server could not be reached"
     assert app.service.upstreams.sessions_open("dying") == 0, "no session of a dead server is kept"
+
+
+async def garbage_app(scope: dict[str, object], receive: object, send: object) -> None:
+    """Answers every HTTP request with 200 and an HTML page: not MCP at all."""
+    if scope["type"] != "http":
+        return
+    body = b"<html><body>It works!</body></html>"
+    await send({"type": "http.response.start", "status": 200,  # type: ignore[operator]
+                "headers": [(b"content-type", b"text/html"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})  # type: ignore[operator]
+
+
+async def test_a_connection_answering_garbage_contributes_nothing_and_fails_calls_clearly(tmp_path: Path) -> None:
+    # R: F13, F14
+    good = FaultState()
+    with serve(garbage_app) as garbage, serve(fault_app(good)) as fine:
+        config = BridgeConfig.model_validate(
+            {
+                "database": "g.db",
+                "connections": [
+                    {"id": "junk", "owner": "alice", "endpoint": f"{garbage.url}/mcp"},
+                    {"id": "fine", "owner": "alice", "endpoint": f"{fine.url}/mcp"},
+                ],
+            }
+        )
+        with serve(bridge_app(config, tmp_path).app) as bridge:
+            async with Client(streamable_http_client(f"{bridge.url}/mcp", http_client=mcp_http("alice-key"))) as alice:
+                names = {t.name for t in (await alice.list_tools()).tools}
+                junk = await asyncio.wait_for(alice.call_tool("junk__count", {}), 30)
+                ok = await alice.call_tool("fine__count", {})
+                resources = (await alice.list_resources()).resources
+    assert names and all(n.startswith("fine__") for n in names), "the garbage connection lists nothing"
+    assert junk.is_error and text(junk).startswith("tool junk__count failed: ")
+    assert not ok.is_error and text(ok).endswith(" call 1")
+    assert resources == []
