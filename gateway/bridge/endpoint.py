@@ -101,19 +101,6 @@ def build_server(handlers: BridgeHandlers, offerings: Offerings) -> Server[Any]:
     async def on_unsubscribe_resource(ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams) -> types.EmptyResult:
         return await offerings.subscribe(caller(ctx), str(params.uri), False)
 
-    relayed = dict(
-        on_list_tools=on_list_tools,
-        on_call_tool=on_call_tool,
-        on_list_resources=on_list_resources,
-        on_list_resource_templates=on_list_resource_templates,
-        on_read_resource=on_read_resource,
-        on_list_prompts=on_list_prompts,
-        on_get_prompt=on_get_prompt,
-        on_completion=on_completion,
-        on_set_logging_level=on_set_logging_level,
-        on_subscribe_resource=on_subscribe_resource,
-        on_unsubscribe_resource=on_unsubscribe_resource,
-    )
     with warnings.catch_warnings():  # logging and subscriptions are deprecated as of 2026-07-28, still relayed before
         warnings.simplefilter("ignore")
         return BridgeServer(
@@ -122,7 +109,17 @@ def build_server(handlers: BridgeHandlers, offerings: Offerings) -> Server[Any]:
             instructions="Tools, resources and prompts of your MCP connections (<prefix>__<name>) and, per bridge, its pipelines.",
             # The 2026-07-28 path would otherwise re-run tools/list (every connection) to validate Mcp-Param headers.
             get_tool_input_schema=lambda name: None,
-            **relayed,
+            on_list_tools=on_list_tools,
+            on_call_tool=on_call_tool,
+            on_list_resources=on_list_resources,
+            on_list_resource_templates=on_list_resource_templates,
+            on_read_resource=on_read_resource,
+            on_list_prompts=on_list_prompts,
+            on_get_prompt=on_get_prompt,
+            on_completion=on_completion,
+            on_set_logging_level=on_set_logging_level,
+            on_subscribe_resource=on_subscribe_resource,
+            on_unsubscribe_resource=on_unsubscribe_resource,
         )
 
 

@@ -16,10 +16,10 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import mcp
 import mcp_types as types
@@ -251,7 +251,7 @@ class Upstreams:
             return UpstreamCallFailed(f"{what}: {self._secrets.scrub(describe(exc))}", exc.code, relayed)
         return UpstreamCallFailed(f"{what}: {self._secrets.scrub(describe(exc))}")
 
-    def _in_background(self, closing: object) -> None:
-        task = asyncio.ensure_future(closing)  # type: ignore[arg-type]
+    def _in_background(self, closing: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(closing)
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)

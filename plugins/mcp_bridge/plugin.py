@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from pathlib import Path
 from typing import Any
 
 from gateway.mcp.errors import describe
@@ -51,7 +50,7 @@ class McpBridgePlugin(Plugin):
 
     async def start(self, env: PluginEnv) -> None:
         """Resolve the secret, open the shared HTTP client, start the pool and its metrics."""
-        base_dir: Path = env.base_dir
+        base_dir = env.base_dir
         if self.config.authSecret is not None:
             self._secret = resolve_secret(self.config.authSecret, base_dir, env.secrets)
             self._redact = secret_forms(self._secret)
