@@ -9,6 +9,7 @@ the caller and the bridge it was opened on: the SDK alone would accept a session
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import warnings
@@ -186,6 +187,8 @@ class McpEndpoint:
             body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Session not found"}}
             await _json(send, 404, body)
             return
+        if identity.is_anonymous and identity.credential_fp is None and session_id is not None:
+            caller = dataclasses.replace(caller, downstream_session=session_id)  # auth off: callers by session
         scope[SCOPE_KEY] = caller
         if session_id is None and request.method == "POST":  # may open a session or discover: capabilities
             try:

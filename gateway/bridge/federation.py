@@ -42,6 +42,8 @@ class CallerScope:
     identity: Identity
     owners: tuple[str, ...]
     bridge: BridgeRecord | None = None
+    downstream_session: str | None = None
+    """The caller's own MCP session id on the Bridge, when it tells callers apart (auth off)."""
 
     @property
     def name(self) -> str:
@@ -50,11 +52,12 @@ class CallerScope:
 
     @property
     def session_key(self) -> str:
-        """Whose upstream sessions these are (F15): the user and org, or for an anonymous caller its
-        credential's fingerprint. Two callers never share a key, so never a session."""
+        """Whose upstream sessions these are (F15): the user and org; for an anonymous caller its
+        credential's fingerprint, or with no credential at all (auth off) its own session on the
+        Bridge. Two callers told apart by any of these never share a key, so never a session."""
         identity = self.identity
         if identity.is_anonymous:
-            return f"anonymous|{identity.credential_fp or ''}"
+            return f"anonymous|{identity.credential_fp or ''}|{self.downstream_session or ''}"
         return f"user|{identity.user_id or ''}|{identity.org_id or ''}"
 
     @property

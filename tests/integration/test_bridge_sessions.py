@@ -160,3 +160,23 @@ async def test_an_upstreams_cache_is_dropped_when_its_connection_changes(tmp_pat
         finally:
             await upstreams.close()
     assert (first.arguments, second.arguments) == ([{"to": 1}], [{"to": 2}])
+
+
+async def test_with_auth_off_two_clients_sessions_never_share_an_upstream_session(tmp_path: Path) -> None:
+    # R: F15
+    from tests.support.bridge_servers import anonymous
+
+    state = McpServerState()
+    with serve(http_app(state, legacy_only=True)) as server:
+        config = BridgeConfig.model_validate(
+            {"database": "a.db", "connections": [{"id": "local", "owner": "anonymous", "endpoint": f"{server.url}/mcp"}]}
+        )
+        with serve(bridge_app(config, tmp_path, authenticate=anonymous).app) as bridge:
+            seen = []
+            for _ in range(2):
+                http = mcp_http("no-key")
+                async with Client(streamable_http_client(f"{bridge.url}/mcp", http_client=http), mode="legacy") as client:
+                    seen.append([texts(await client.call_tool("local__count", {})) for _ in range(2)])
+    (a1, a2), (b1, b2) = seen
+    assert a1.split()[1] == a2.split()[1] and a2.endswith(" call 2"), "one client's calls share its upstream session"
+    assert b1.endswith(" call 1") and b1.split()[1] != a1.split()[1], "the next client gets its own"
