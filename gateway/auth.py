@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx2
 import jwt
+from starlette.datastructures import Headers
 
 from gateway.config import AuthConfig, JwtSettings
 from gateway.errors import Unauthorized
@@ -22,14 +23,30 @@ def fingerprint(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+MAX_TOKEN_CHARS = 8192
+"""Longest bearer token read (a JWT with the usual claims is well under 2 KB); beyond: 401."""
+
+
 def bearer_token(authorization: str | None) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header, or None."""
+    """The token of an `Authorization: Bearer <token>` header, or None. Raises `Unauthorized` for
+    a token over `MAX_TOKEN_CHARS` (it is never parsed or hashed)."""
     if not authorization:
         return None
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
+    if len(token) > MAX_TOKEN_CHARS:
+        raise Unauthorized(f"credential refused: a bearer token is at most {MAX_TOKEN_CHARS} characters")
     return token.strip()
+
+
+def authorization_of(headers: Headers) -> str | None:
+    """The one `Authorization` header of a request (None without one). Two or more are refused
+    (401): proxies and frameworks disagree on which one counts, so none does."""
+    values = headers.getlist("authorization")
+    if len(values) > 1:
+        raise Unauthorized("credential refused: send exactly one Authorization header")
+    return values[0] if values else None
 
 
 class Authenticator:
@@ -92,7 +109,7 @@ class Authenticator:
                 algorithms=settings.algorithms,
                 audience=settings.audience,
                 issuer=settings.issuer,
-                options={"require": ["exp"], "verify_aud": settings.audience is not None},
+                options={"require": ["exp", "aud", "iss"]},
             )
         except jwt.ExpiredSignatureError:
             raise Unauthorized("invalid token: expired") from None

@@ -26,14 +26,18 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.bridge.api_support import Authenticate, Conflict, caller_of, json_body, object_body, owner_for, rendered
+from gateway.bridge.audit import AuditWriter
 from gateway.bridge.audit_args import Scrub
 from gateway.bridge.config import BridgeDecl, ConnectionConfig
 from gateway.bridge.federation import CallerScope
 from gateway.bridge.graph import Graph, empty_graph
-from gateway.bridge.records import BridgeRecord, ConnectionRecord
+from gateway.bridge.limits import BridgeLimits
+from gateway.bridge.records import AuditRecord, BridgeRecord, ConnectionRecord
 from gateway.bridge.store import BridgeStore
+from gateway.bridge.tenancy import may_hold
 from gateway.bridge.upstream import Upstreams
 from gateway.bridge.validation import GraphInvalid, GraphProblem, parse_graph
+from gateway.egress import EgressPolicy
 from gateway.errors import BadRequest, Forbidden, NotFound
 
 
@@ -48,12 +52,18 @@ class BridgeApi:
         endpoint_allowed: Callable[[str], bool] = lambda url: True,
         *,
         scrub: Scrub,
+        limits: BridgeLimits | None = None,
+        audit: AuditWriter | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         self._scrub = scrub
         self._store = store
         self._upstreams = upstreams
         self._auth = authenticate
         self._endpoint_allowed = endpoint_allowed
+        self._limits = limits or BridgeLimits()
+        self._audit = audit
+        self._egress = egress or EgressPolicy()
 
     def routes(self) -> list[BaseRoute]:
         """Starlette routes of the REST API."""
@@ -92,10 +102,16 @@ class BridgeApi:
             raise BadRequest(_first_error(exc)) from None
         if await self._store.get_bridge(decl.id) is not None:
             raise Conflict(f"bridge id {decl.id} is taken")
-        mine = {c.id for c in await self._store.list_connections(caller.owners)}
+        mine = {c.id: c for c in await self._store.list_connections(caller.owners)}
         unknown = [c for c in decl.connections if c not in mine]
         if unknown:
             raise BadRequest(f"unknown connection(s): {', '.join(unknown)}")
+        foreign = [c for c in decl.connections if not may_hold(decl.owner, mine[c].owner)]
+        if foreign:
+            raise BadRequest(
+                f"bridge {decl.id} belongs to {decl.owner}: it may hold only that org's connections, "
+                f"not {', '.join(foreign)} (every member of the org can call it and edit its graph)"
+            )
         record = BridgeRecord(decl.id, decl.owner, tuple(decl.connections), "api")
         await self._store.upsert_bridge(record)
         return JSONResponse(record.public(), status_code=201)
@@ -122,10 +138,11 @@ class BridgeApi:
         return JSONResponse(data if data is not None else empty_graph().dump())
 
     async def put_graph(self, request: Request) -> Response:
-        """PUT /bridges/{id}/graph: validate (F8) and save (F12)."""
-        _, bridge = await self._bridge(request)
+        """PUT /bridges/{id}/graph: validate (F8) and save (F12); the save is audited with its editor."""
+        started = time.perf_counter()
+        caller, bridge = await self._bridge(request)
         try:
-            graph = parse_graph(await json_body(request))
+            graph = parse_graph(await json_body(request), self._limits)
             foreign = tuple(
                 n.id for n in graph.nodes if n.kind == "tool" and n.connectionId not in bridge.connections
             )
@@ -135,7 +152,9 @@ class BridgeApi:
                 raise GraphInvalid([GraphProblem("unknown connection", foreign, message)])
         except GraphInvalid as exc:
             raise GraphRejected(exc) from None
-        await self._store.save_graph(bridge.id, graph.dump(), time.time())
+        await self._store.save_graph(bridge.id, graph.dump(), time.time(), caller.actor_id)
+        if self._audit is not None:
+            self._audit.submit(graph_save_record(caller, bridge, graph, time.perf_counter() - started))
         return JSONResponse(graph.dump())
 
     async def list_connections(self, request: Request) -> Response:
@@ -153,8 +172,19 @@ class BridgeApi:
             raise BadRequest(_first_error(exc)) from None
         if not self._endpoint_allowed(decl.endpoint):
             raise Forbidden(f"endpoint {decl.endpoint} is not in the Bridge's apiEndpointAllowList")
+        if self._egress.refuses_literal(decl.endpoint):
+            raise Forbidden(
+                f"endpoint {decl.endpoint} is refused: connections made through the API may not reach loopback, "
+                "private, link-local or the gateway's own addresses (see the Bridge's apiEndpointAllowPrivate)"
+            )
         if await self._store.get_connection(decl.id) is not None:
             raise Conflict(f"connection id {decl.id} is taken")
+        made = [c for c in await self._store.list_connections((decl.owner,)) if c.source == "api" and c.owner == decl.owner]
+        if len(made) >= self._limits.connectionsPerOwner:
+            raise Forbidden(
+                f"{decl.owner} has {len(made)} connections made through the API; "
+                f"the limit is {self._limits.connectionsPerOwner} (bridge.limits.connectionsPerOwner)"
+            )
         record = ConnectionRecord(decl.id, decl.owner, decl.endpoint, source="api")
         await self._store.upsert_connection(record)
         return JSONResponse(record.public(), status_code=201)
@@ -185,6 +215,16 @@ class GraphRejected(BadRequest):
         body = super().body()
         body["error"]["problems"] = self.problems
         return body
+
+
+def graph_save_record(caller: CallerScope, bridge: BridgeRecord, graph: Graph, seconds: float) -> AuditRecord:
+    """The audit record of a graph save: who changed which bridge's graph, and its shape."""
+    return AuditRecord(
+        ts=time.time(), action="bridge.graph_save", actor_id=caller.actor_id, actor_email=caller.identity.email,
+        resource=bridge.id, scope=f"bridge:{bridge.id}", mutating=True,
+        args={"nodes": len(graph.nodes), "edges": len(graph.edges), "pipelines": [p.name for p in graph.pipelines]},
+        status="success", duration_ms=seconds * 1000,
+    )
 
 
 def _first_error(exc: ValidationError) -> str:

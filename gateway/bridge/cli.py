@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     listing.add_argument("--user", default=None, help="only this actor (user id)")
     listing.add_argument("--since", default=None, help="from this time (ISO 8601 or epoch seconds)")
     listing.add_argument("--until", default=None, help="before this time (ISO 8601 or epoch seconds)")
-    listing.add_argument("--action", default=None, choices=["mcp.tool_call", "mcp.pipeline_call"])
+    listing.add_argument("--action", default=None, choices=["mcp.tool_call", "mcp.pipeline_call", "bridge.graph_save"])
     listing.add_argument("--resource", default=None, help="tool or pipeline name")
     listing.add_argument("--status", default=None, choices=["success", "failure"])
     listing.add_argument("--limit", type=int, default=100)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,9 +23,13 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from gateway.api.body import read_body
+from gateway.bridge.api_support import MAX_BODY_BYTES
 from gateway.bridge.audit_args import Scrub
 from gateway.bridge.federation import CallerScope, owners_of
 from gateway.bridge.handlers import BridgeHandlers
+from gateway.bridge.limits import BridgeLimits
+from gateway.bridge.sessions import Binding, SessionTable, TooManyOpening, caller_key
 from gateway.bridge.store import BridgeStore
 from gateway.errors import GatewayError, NotFound, Unavailable, error_response
 from gateway.identity import Identity
@@ -34,7 +37,6 @@ from gateway.identity import Identity
 log = logging.getLogger("toolgate.bridge.endpoint")
 
 SCOPE_KEY = "toolgate.bridge.caller"
-MAX_BOUND_SESSIONS = 10_000
 
 Authenticate = Callable[[Request], Awaitable[Identity]]
 
@@ -66,7 +68,7 @@ def build_server(handlers: BridgeHandlers) -> Server[Any]:
     )
 
 
-def build_manager(server: Server[Any], allowed_hosts: list[str]) -> StreamableHTTPSessionManager:
+def build_manager(server: Server[Any], allowed_hosts: list[str], max_sessions: int = 10_000) -> StreamableHTTPSessionManager:
     """A session-ful manager (stateless 2026-07-28 requests are served by it too)."""
     origins = [f"{scheme}://{host}" for host in allowed_hosts for scheme in ("http", "https")]
     security = (
@@ -74,25 +76,29 @@ def build_manager(server: Server[Any], allowed_hosts: list[str]) -> StreamableHT
         if allowed_hosts
         else TransportSecuritySettings(enable_dns_rebinding_protection=False)
     )
-    return StreamableHTTPSessionManager(server, security_settings=security, session_idle_timeout=1800)
+    return StreamableHTTPSessionManager(
+        server, security_settings=security, session_idle_timeout=1800, max_sessions=max_sessions
+    )
 
 
-def _binding(identity: Identity, bridge_id: str | None) -> tuple[str | None, ...]:
-    if identity.is_anonymous:
-        return ("anonymous", identity.credential_fp, bridge_id)
-    return (identity.user_id, identity.org_id, bridge_id)
+def _binding(identity: Identity, bridge_id: str | None) -> Binding:
+    """Who a session belongs to: the caller (`caller_key`) and the bridge it was opened on."""
+    return (*caller_key(identity), bridge_id)
 
 
 class McpEndpoint:
     """ASGI app for `/mcp` and `/mcp/{bridge_id}`: auth, bridge scoping, session binding, then the SDK."""
 
-    def __init__(self, store: BridgeStore, authenticate: Authenticate, *, scrub: Scrub) -> None:
+    def __init__(
+        self, store: BridgeStore, authenticate: Authenticate, *, scrub: Scrub, limits: BridgeLimits | None = None
+    ) -> None:
         self._scrub = scrub
         self.manager: StreamableHTTPSessionManager | None = None
         """Set by the service while it runs (a manager runs once, so each start makes a new one)."""
         self._store = store
         self._authenticate = authenticate
-        self._sessions: OrderedDict[str, tuple[str | None, ...]] = OrderedDict()
+        self._limits = limits or BridgeLimits()
+        self._sessions = SessionTable(self._limits.sessionsPerCaller)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         manager = self.manager
@@ -106,16 +112,39 @@ class McpEndpoint:
         except GatewayError as exc:
             await error_response(exc, self._scrub)(scope, receive, send)
             return
+        if request.method == "POST":  # read here, bounded in size and time (the SDK would answer a slow body with 500)
+            try:
+                receive = _replay(await read_body(request, MAX_BODY_BYTES), receive)
+            except GatewayError as exc:
+                await error_response(exc, self._scrub)(scope, receive, send)
+                return
         binding = _binding(identity, caller.bridge.id if caller.bridge else None)
         session_id = request.headers.get(MCP_SESSION_ID_HEADER)
-        # Every session is minted through here, so an id we do not hold is foreign, expired or forgotten.
-        if session_id is not None and self._sessions.get(session_id) != binding:
-            log.warning("session %s refused: opened by another caller or on another bridge", session_id[:16])
-            body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Session not found"}}
-            await _json(send, 404, body)
-            return
         scope[SCOPE_KEY] = caller
-        await manager.handle_request(scope, receive, self._watch(send, session_id, binding, request.method))
+        if session_id is not None:
+            # Every session is minted through here, so an id we do not hold is foreign, expired or forgotten.
+            if self._sessions.owner(session_id) != binding:
+                log.warning("session %s refused: opened by another caller or on another bridge", session_id[:16])
+                await _json(send, 404, _rpc_error(-32600, "Session not found"))
+                return
+            self._sessions.touch(session_id)
+            await manager.handle_request(scope, receive, self._watch(send, session_id, binding, request.method, []))
+            return
+        try:
+            self._sessions.begin_open(binding)
+        except TooManyOpening:
+            await _json(send, 429, _rpc_error(-32000, "too many sessions being opened by this caller; retry later"))
+            return
+        minted: list[str] = []
+        try:
+            await manager.handle_request(scope, receive, self._watch(send, None, binding, request.method, minted))
+        finally:
+            alive = _alive_in(manager)
+            evicted = self._sessions.end_open(binding, minted[0] if minted else None, alive)
+            if len(self._sessions) > self._limits.sessions:
+                self._sessions.prune(alive)
+            for old in evicted:  # the caller's own least recently used sessions, beyond its cap
+                await _close_session(manager, old)
 
     async def _caller(self, identity: Identity, bridge_id: str | None) -> CallerScope:
         owners = owners_of(identity)
@@ -126,25 +155,53 @@ class McpEndpoint:
             raise NotFound(f"bridge {bridge_id} not found")
         return CallerScope(identity, owners, bridge)
 
-    def _watch(self, send: Send, session_id: str | None, binding: tuple[str | None, ...], method: str) -> Send:
-        """Record the binding of a session the SDK mints; forget it when the client deletes it."""
+    def _watch(self, send: Send, session_id: str | None, binding: Binding, method: str, minted: list[str]) -> Send:
+        """Bind a session the SDK mints (noted in `minted`) as its response starts; forget a session
+        its client deletes."""
 
         async def watched(message: Message) -> None:
             if message["type"] == "http.response.start":
                 if session_id is None:
                     for key, value in message.get("headers", []):
                         if key.decode("latin-1").lower() == MCP_SESSION_ID_HEADER:
-                            self._bind(value.decode("latin-1"), binding)
+                            minted.append(value.decode("latin-1"))
+                            self._sessions.bind(minted[-1], binding)
                 elif method == "DELETE" and message["status"] < 300:
-                    self._sessions.pop(session_id, None)
+                    self._sessions.forget(session_id)
             await send(message)
 
         return watched
 
-    def _bind(self, session_id: str, binding: tuple[str | None, ...]) -> None:
-        self._sessions[session_id] = binding
-        while len(self._sessions) > MAX_BOUND_SESSIONS:
-            self._sessions.popitem(last=False)
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands over the body already read, then waits on the client as before."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replayed
+
+
+def _rpc_error(code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+
+
+def _alive_in(manager: StreamableHTTPSessionManager) -> Callable[[str], bool]:
+    """Does the SDK still hold a session? (It expires idle sessions itself; the SDK has no public
+    accessor, so its table is read, and everything counts as alive should that ever change.)"""
+    instances = getattr(manager, "_server_instances", None)
+    return (lambda session_id: session_id in instances) if isinstance(instances, dict) else (lambda session_id: True)
+
+
+async def _close_session(manager: StreamableHTTPSessionManager, session_id: str) -> None:
+    """End a session in the SDK (its transport terminated, its id answers 404 from now on)."""
+    instances = getattr(manager, "_server_instances", None)
+    transport = instances.get(session_id) if isinstance(instances, dict) else None
+    discard = getattr(manager, "_discard_session", None)
+    if transport is not None and discard is not None:
+        await discard(session_id, transport)
+    log.info("session %s closed: its caller opened more than its limit", session_id[:16])
 
 
 async def _json(send: Send, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Source = Literal["config", "api"]
-AuditAction = Literal["mcp.tool_call", "mcp.pipeline_call"]
+AuditAction = Literal["mcp.tool_call", "mcp.pipeline_call", "bridge.graph_save"]
 AuditStatus = Literal["success", "failure"]
 
 

@@ -29,6 +29,7 @@ from gateway.bridge.handlers import BridgeHandlers
 from gateway.bridge.records import BridgeRecord, ConnectionRecord
 from gateway.bridge.store import BridgeStore, SqliteStore
 from gateway.bridge.upstream import Upstreams
+from gateway.egress import EgressPolicy
 from gateway.identity import Identity
 from gateway.secrets import SecretSet
 
@@ -58,15 +59,24 @@ class BridgeService:
         base_dir: pathlib.Path,
         secrets: SecretSet,
         store: BridgeStore | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         self.config = config
         self.store: BridgeStore = store if store is not None else SqliteStore(database_path(config, base_dir))
-        self.upstreams = Upstreams(http, base_dir=base_dir, secrets=secrets, list_ttl=config.toolListTtlSeconds)
+        egress = egress if egress is not None else EgressPolicy(config.apiEndpointAllowPrivate)
+        self.upstreams = Upstreams(
+            http, base_dir=base_dir, secrets=secrets, list_ttl=config.toolListTtlSeconds, egress=egress
+        )
         self.audit = AuditWriter(self.store, queue_size=config.auditQueueSize, registry=metrics)
         federation = Federation(self.store, self.upstreams, config.api_endpoint_allowed)
-        self.handlers = BridgeHandlers(self.store, federation, self.upstreams, self.audit, secrets.scrub, metrics)
-        self._endpoint = McpEndpoint(self.store, authenticate, scrub=secrets.scrub)
-        self._api = BridgeApi(self.store, self.upstreams, authenticate, config.api_endpoint_allowed, scrub=secrets.scrub)
+        self.handlers = BridgeHandlers(
+            self.store, federation, self.upstreams, self.audit, secrets, metrics, config.limits
+        )
+        self._endpoint = McpEndpoint(self.store, authenticate, scrub=secrets.scrub, limits=config.limits)
+        self._api = BridgeApi(
+            self.store, self.upstreams, authenticate, config.api_endpoint_allowed, scrub=secrets.scrub,
+            limits=config.limits, audit=self.audit, egress=egress,
+        )
         self._audit_api = AuditApi(self.store, authenticate, scrub=secrets.scrub)
         self._stack: contextlib.AsyncExitStack | None = None
 
@@ -79,7 +89,7 @@ class BridgeService:
         self.audit.start()
         stack.push_async_callback(self.audit.stop)
         stack.push_async_callback(self.upstreams.close)
-        manager = build_manager(build_server(self.handlers), self.config.allowedHosts)
+        manager = build_manager(build_server(self.handlers), self.config.allowedHosts, self.config.limits.sessions)
         await stack.enter_async_context(manager.run())
         self._endpoint.manager = manager
         self._stack = stack

@@ -51,8 +51,9 @@ class BridgeStore(Protocol):
     async def get_bridge(self, bridge_id: str) -> BridgeRecord | None: ...
     async def list_bridges(self, owners: Sequence[str]) -> list[BridgeRecord]: ...
     async def delete_bridge(self, bridge_id: str) -> bool: ...
-    async def save_graph(self, bridge_id: str, graph: dict[str, Any], updated_at: float) -> None: ...
+    async def save_graph(self, bridge_id: str, graph: dict[str, Any], updated_at: float, saved_by: str | None = None) -> None: ...
     async def load_graph(self, bridge_id: str) -> dict[str, Any] | None: ...
+    async def graph_saved_by(self, bridge_id: str) -> str | None: ...
     async def append_audit(self, records: Sequence[AuditRecord]) -> None: ...
     async def query_audit(self, query: AuditQuery) -> list[AuditRecord]: ...
 
@@ -73,6 +74,9 @@ class SqliteStore:
         def create(db: sqlite3.Connection) -> None:
             db.execute("PRAGMA journal_mode=WAL").fetchall()  # an unread row would keep a statement open
             db.executescript(_SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(graphs)").fetchall()}
+            if "saved_by" not in columns:  # a database made before graphs recorded their editor
+                db.execute("ALTER TABLE graphs ADD COLUMN saved_by TEXT")
 
         await self._run(create)
 
@@ -145,10 +149,17 @@ class SqliteStore:
 
         return await self._run(delete) > 0
 
-    async def save_graph(self, bridge_id: str, graph: dict[str, Any], updated_at: float) -> None:
-        """Replace a bridge's graph (validated by the caller)."""
-        row = (bridge_id, json.dumps(graph), updated_at)
-        await self._run(lambda db: db.execute("INSERT OR REPLACE INTO graphs VALUES (?, ?, ?)", row))
+    async def save_graph(self, bridge_id: str, graph: dict[str, Any], updated_at: float, saved_by: str | None = None) -> None:
+        """Replace a bridge's graph (validated by the caller); `saved_by` is the editor's actor id."""
+        row = (bridge_id, json.dumps(graph), updated_at, saved_by)
+        sql = "INSERT OR REPLACE INTO graphs (bridge_id, graph, updated_at, saved_by) VALUES (?, ?, ?, ?)"
+        await self._run(lambda db: db.execute(sql, row))
+
+    async def graph_saved_by(self, bridge_id: str) -> str | None:
+        """The actor id of whoever saved the bridge's graph last (None before a save, or unrecorded)."""
+        sql = "SELECT saved_by FROM graphs WHERE bridge_id = ?"
+        rows = await self._run(lambda db: db.execute(sql, (bridge_id,)).fetchall())
+        return rows[0][0] if rows else None
 
     async def load_graph(self, bridge_id: str) -> dict[str, Any] | None:
         """A bridge's graph as saved, or None."""

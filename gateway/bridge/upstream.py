@@ -21,7 +21,9 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import HEADER_MISMATCH
 
+from gateway.bridge.gate import outbound
 from gateway.bridge.records import ConnectionRecord
+from gateway.egress import EgressPolicy
 from gateway.secrets import SecretSet, resolve_secret
 
 log = logging.getLogger("toolgate.bridge.upstream")
@@ -40,12 +42,14 @@ class Upstreams:
     """The Bridge's client side: one `httpx2` client per credentialed connection, the shared one otherwise."""
 
     def __init__(
-        self, http: httpx2.AsyncClient, *, base_dir: Path, secrets: SecretSet, list_ttl: float, timeout: float = CALL_TIMEOUT_SECONDS
+        self, http: httpx2.AsyncClient, *, base_dir: Path, secrets: SecretSet, list_ttl: float, timeout: float = CALL_TIMEOUT_SECONDS,
+        egress: EgressPolicy | None = None,
     ) -> None:
         self._http = http
         self._base_dir = base_dir
         self._secrets = secrets
         self._list_ttl = list_ttl
+        self._egress = egress or EgressPolicy()
         self.timeout = timeout
         self._clients: dict[tuple[str, str, str], httpx2.AsyncClient] = {}
         self._tools: dict[str, tuple[float, str, list[types.Tool]]] = {}
@@ -111,6 +115,7 @@ class Upstreams:
         return await self._isolated(self._with_session(conn, op), f"call {tool} on {conn.id}")
 
     async def _with_session(self, conn: ConnectionRecord, op: Callable[[Client], Awaitable[T]]) -> T:
+        await self._egress.admit_connection(conn.endpoint, conn.source)  # SSRF: on every connect
         http = self._client_for(conn)
         known = self._discovered.get(conn.id)
         transport = streamable_http_client(conn.endpoint, http_client=http, max_sse_event_size=MAX_SSE_EVENT_BYTES)
@@ -129,7 +134,7 @@ class Upstreams:
             raise
 
     async def _isolated(self, coro: Awaitable[T], what: str) -> T:
-        task = asyncio.ensure_future(coro)
+        task = asyncio.ensure_future(outbound(coro))  # within the caller's outbound slots (gate.py)
         try:
             done, _ = await asyncio.wait({task}, timeout=self.timeout)
         except asyncio.CancelledError:
@@ -147,6 +152,10 @@ class Upstreams:
         return task.result()
 
     def _client_for(self, conn: ConnectionRecord) -> httpx2.AsyncClient:
+        if conn.source == "api":  # a caller's endpoint: every socket is checked where it opens (SSRF, egress.py)
+            if ("", "api", "") not in self._clients:
+                self._clients[("", "api", "")] = self._egress.client(self.timeout)
+            return self._clients[("", "api", "")]
         if not conn.auth_header_name or not conn.auth_secret:
             return self._http
         key = (conn.id, conn.auth_header_name, conn.auth_secret)

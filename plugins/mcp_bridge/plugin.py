@@ -13,7 +13,7 @@ import mcp
 from mcp.client.streamable_http import streamable_http_client
 
 from gateway.plugins import ChatRequest, Plugin, PluginContext, PluginEnv, ToolResult, ToolSpec
-from gateway.secrets import resolve_secret
+from gateway.secrets import SecretSet, resolve_secret
 from plugins.mcp_bridge.config import McpBridgeConfig
 from plugins.mcp_bridge.connection import sdk_timeout
 from plugins.mcp_bridge.content import tool_result_text
@@ -66,6 +66,7 @@ class McpBridgePlugin(Plugin):
         self._allowed = frozenset(config.toolFilter)
         self._secret: str | None = None
         self._redact: tuple[str, ...] = ()
+        self._secrets: SecretSet | None = None
         self._http: httpx2.AsyncClient | None = None
         self._pool: SessionPool | None = None
         self._metrics: BridgeMetrics | None = None
@@ -78,6 +79,7 @@ class McpBridgePlugin(Plugin):
         """Resolve the secret, open the shared HTTP client, start the pool and its metrics."""
         base_dir = env.base_dir
         self._cwd = base_dir
+        self._secrets = env.secrets
         if self.config.authSecret is not None:
             self._secret = resolve_secret(self.config.authSecret, base_dir, env.secrets)
             self._redact = secret_forms(self._secret)
@@ -139,7 +141,8 @@ class McpBridgePlugin(Plugin):
         for form in self._redact:
             if form in text:
                 text = text.replace(form, "[redacted]")
-        return text
+        # every secret the gateway holds, in its encoded forms too (base64, hex, URL-encoded, ...)
+        return self._secrets.scrub(text) if self._secrets is not None else text
 
     def allows(self, name: str) -> bool:
         """Whether `toolFilter` grants `name` (an empty filter grants every tool) (B3)."""

@@ -65,7 +65,7 @@ async def test_a_tool_call_that_outlives_the_timeout_fails_as_timed_out() -> Non
     with serve(tool_server(log, delay=5)) as server:
         async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)) as http:
             upstreams = Upstreams(http, base_dir=Path("."), secrets=SecretSet(), list_ttl=30, timeout=0.3)
-            conn = ConnectionRecord("slow", "alice", f"{server.url}/mcp")
+            conn = ConnectionRecord("slow", "alice", f"{server.url}/mcp", source="config")
             with pytest.raises(UpstreamCallFailed, match=r"^call slow_a on slow: timed out after 0.3s$"):
                 await upstreams.call_tool(conn, "slow_a", {"query": "q"})
             result = await upstreams.call_tool(conn, "echo", {"text": "still fine"})
@@ -78,7 +78,7 @@ async def test_a_tool_whose_server_wants_mcp_param_headers_is_called_after_listi
     with serve(tool_server(log, delay=0)) as server:
         async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)) as http:
             upstreams = Upstreams(http, base_dir=Path("."), secrets=SecretSet(), list_ttl=30)
-            conn = ConnectionRecord("hdr", "alice", f"{server.url}/mcp")
+            conn = ConnectionRecord("hdr", "alice", f"{server.url}/mcp", source="config")
             results = [await upstreams.call_tool(conn, "regional", {"region": "eu"}) for _ in range(2)]
     assert [r.content[0].text for r in results] == ["region=eu", "region=eu"]
     assert [c.headers.get("mcp-param-region") for c in log.of("regional")] == ["eu", "eu"]
