@@ -63,7 +63,7 @@ def gateway(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[ServerThread
 
 
 ALICE = {"authorization": f"Bearer {canary.ALICE_KEY}"}
-ENDPOINTS = [("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("POST", "/connections"), ("POST", "/bridges"),
+ENDPOINTS = [("POST", "/v1/chat/completions"), ("POST", "/v1/responses"), ("POST", "/v1/messages"), ("GET", "/v1/models"), ("POST", "/connections"), ("POST", "/bridges"),
              ("GET", "/bridges"), ("POST", "/mcp")]
 
 
@@ -93,6 +93,8 @@ def nested(depth: int) -> bytes:
 
 @pytest.mark.parametrize(("method", "path", "body"), [
     ("POST", "/v1/chat/completions", b'{"model": "assistant", "messages": ' + nested(100_000) + b"}"),
+    ("POST", "/v1/responses", b'{"model": "assistant", "input": ' + nested(100_000) + b"}"),
+    ("POST", "/v1/messages", b'{"model": "assistant", "max_tokens": 5, "messages": ' + nested(100_000) + b"}"),
     ("POST", "/connections", nested(100_000)),
     ("POST", "/bridges", b'{"id": "b", "connections": ' + nested(100_000) + b"}"),
     ("PUT", "/bridges/none/graph", nested(100_000)),
