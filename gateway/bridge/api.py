@@ -32,7 +32,7 @@ from gateway.bridge.config import BridgeDecl, ConnectionConfig
 from gateway.bridge.federation import CallerScope
 from gateway.bridge.graph import Graph, empty_graph
 from gateway.bridge.limits import BridgeLimits
-from gateway.bridge.records import AuditRecord, BridgeRecord, ConnectionRecord
+from gateway.bridge.records import AuditAction, AuditRecord, BridgeRecord, ConnectionRecord
 from gateway.bridge.store import BridgeStore
 from gateway.bridge.tenancy import may_hold
 from gateway.bridge.upstream import Upstreams
@@ -94,6 +94,7 @@ class BridgeApi:
 
     async def create_bridge(self, request: Request) -> Response:
         """POST /bridges: a new bridge over the caller's connections."""
+        started = time.perf_counter()
         caller = await caller_of(request, self._auth)
         data = object_body(await json_body(request), {"id", "owner", "connections"})
         try:
@@ -114,6 +115,8 @@ class BridgeApi:
             )
         record = BridgeRecord(decl.id, decl.owner, tuple(decl.connections), "api")
         await self._store.upsert_bridge(record)
+        args = {"owner": record.owner, "connections": list(record.connections)}
+        self._record(change_record(caller, "bridge.create", record.id, args, started))
         return JSONResponse(record.public(), status_code=201)
 
     async def get_bridge(self, request: Request) -> Response:
@@ -125,10 +128,12 @@ class BridgeApi:
 
     async def delete_bridge(self, request: Request) -> Response:
         """DELETE /bridges/{id}: remove an API-made bridge and its graph."""
-        _, bridge = await self._bridge(request)
+        started = time.perf_counter()
+        caller, bridge = await self._bridge(request)
         if bridge.source == "config":
             raise Conflict(f"bridge {bridge.id} is declared in the config file; remove it there")
         await self._store.delete_bridge(bridge.id)
+        self._record(change_record(caller, "bridge.delete", bridge.id, {"owner": bridge.owner}, started))
         return Response(status_code=204)
 
     async def get_graph(self, request: Request) -> Response:
@@ -153,8 +158,8 @@ class BridgeApi:
         except GraphInvalid as exc:
             raise GraphRejected(exc) from None
         await self._store.save_graph(bridge.id, graph.dump(), time.time(), caller.actor_id)
-        if self._audit is not None:
-            self._audit.submit(graph_save_record(caller, bridge, graph, time.perf_counter() - started))
+        shape = {"nodes": len(graph.nodes), "edges": len(graph.edges), "pipelines": [p.name for p in graph.pipelines]}
+        self._record(change_record(caller, "bridge.graph_save", bridge.id, shape, started))
         return JSONResponse(graph.dump())
 
     async def list_connections(self, request: Request) -> Response:
@@ -164,6 +169,7 @@ class BridgeApi:
 
     async def create_connection(self, request: Request) -> Response:
         """POST /connections: a connection without credentials (those are declared in YAML)."""
+        started = time.perf_counter()
         caller = await caller_of(request, self._auth)
         data = object_body(await json_body(request), {"id", "owner", "endpoint"})
         try:
@@ -187,10 +193,12 @@ class BridgeApi:
             )
         record = ConnectionRecord(decl.id, decl.owner, decl.endpoint, source="api")
         await self._store.upsert_connection(record)
+        self._record(change_record(caller, "connection.create", record.id, {"owner": record.owner}, started))
         return JSONResponse(record.public(), status_code=201)
 
     async def delete_connection(self, request: Request) -> Response:
         """DELETE /connections/{id}: remove an API-made connection."""
+        started = time.perf_counter()
         caller = await caller_of(request, self._auth)
         conn = await self._store.get_connection(request.path_params["connection_id"])
         if conn is None or conn.owner not in caller.owners:
@@ -199,7 +207,13 @@ class BridgeApi:
             raise Conflict(f"connection {conn.id} is declared in the config file; remove it there")
         await self._store.delete_connection(conn.id)
         self._upstreams.forget(conn.id)
+        self._record(change_record(caller, "connection.delete", conn.id, {"owner": conn.owner}, started))
         return Response(status_code=204)
+
+    def _record(self, record: AuditRecord) -> None:
+        """Audit a change (fire-and-forget, like every audit record)."""
+        if self._audit is not None:
+            self._audit.submit(record)
 
 
 class GraphRejected(BadRequest):
@@ -217,13 +231,14 @@ class GraphRejected(BadRequest):
         return body
 
 
-def graph_save_record(caller: CallerScope, bridge: BridgeRecord, graph: Graph, seconds: float) -> AuditRecord:
-    """The audit record of a graph save: who changed which bridge's graph, and its shape."""
+def change_record(caller: CallerScope, action: AuditAction, resource: str, args: dict[str, Any], started: float) -> AuditRecord:
+    """The audit record of a change made through the REST API: who changed which bridge or
+    connection (scope `bridge:<id>` or `connection:<id>`), with identifiers and counts only."""
+    kind = "bridge" if action.startswith("bridge.") else "connection"
     return AuditRecord(
-        ts=time.time(), action="bridge.graph_save", actor_id=caller.actor_id, actor_email=caller.identity.email,
-        resource=bridge.id, scope=f"bridge:{bridge.id}", mutating=True,
-        args={"nodes": len(graph.nodes), "edges": len(graph.edges), "pipelines": [p.name for p in graph.pipelines]},
-        status="success", duration_ms=seconds * 1000,
+        ts=time.time(), action=action, actor_id=caller.actor_id, actor_email=caller.identity.email,
+        resource=resource, scope=f"{kind}:{resource}", mutating=True, args=args, status="success",
+        duration_ms=(time.perf_counter() - started) * 1000,
     )
 
 

@@ -265,3 +265,18 @@ async def test_a_session_opened_on_one_door_is_refused_on_another(world: World) 
         elsewhere = await client.post(f"{world.url}/mcp/acme-bridge", json={"jsonrpc": "2.0", "id": 2, "method": "ping"},
                                       headers={**headers, "mcp-session-id": session})
     assert elsewhere.status_code == 404
+
+
+async def test_changes_to_org_items_are_audited_with_the_member_who_made_them(world: World) -> None:
+    # R: F4 (who did what to org items: a member's create and another member's delete)
+    async with http("alice") as client:
+        made = await client.post(f"{world.url}/connections",
+                                 json={"id": "orgwiki", "owner": "org:acme", "endpoint": "https://mcp.example.com/mcp"})
+    async with http("carol") as client:
+        gone = await client.delete(f"{world.url}/connections/orgwiki")
+    assert (made.status_code, gone.status_code) == (201, 204)
+    await world.flushed()
+    created = await audit_of(world, "alice", action="connection.create", resource="orgwiki")
+    deleted = await audit_of(world, "carol", action="connection.delete", resource="orgwiki")
+    assert [(r["actor"]["id"], r["scope"], r["args"]) for r in created] == [("alice", "connection:orgwiki", {"owner": "org:acme"})]
+    assert [(r["actor"]["id"], r["scope"], r["args"]) for r in deleted] == [("carol", "connection:orgwiki", {"owner": "org:acme"})]
