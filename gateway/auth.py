@@ -40,12 +40,17 @@ def bearer_token(authorization: str | None) -> str | None:
     return token.strip()
 
 
+CREDENTIAL_HEADERS = ("authorization", "x-api-key")
+"""Headers a client API may carry its credential in (`x-api-key`: the Messages API)."""
+
+
 def authorization_of(headers: Headers) -> str | None:
-    """The one `Authorization` header of a request (None without one). Two or more are refused
-    (401): proxies and frameworks disagree on which one counts, so none does."""
+    """The one `Authorization` header of a request (None without one). Two or more of it, or of
+    `x-api-key`, are refused (401): proxies and frameworks disagree on which one counts, so none does."""
+    for name in CREDENTIAL_HEADERS:
+        if len(headers.getlist(name)) > 1:
+            raise Unauthorized(f"credential refused: send exactly one {'Authorization' if name == 'authorization' else name} header")
     values = headers.getlist("authorization")
-    if len(values) > 1:
-        raise Unauthorized("credential refused: send exactly one Authorization header")
     return values[0] if values else None
 
 

@@ -76,6 +76,14 @@ def test_two_authorization_headers_are_refused_everywhere(gateway: ServerThread,
     assert "exactly one Authorization header" in response.text
 
 
+def test_two_api_key_headers_are_refused_on_the_messages_api(gateway: ServerThread) -> None:
+    # R: G3, A2
+    headers = [("x-api-key", canary.ALICE_KEY), ("x-api-key", "someone-else")]
+    response = httpx2.post(gateway.url + "/v1/messages", headers=headers, json={})
+    assert response.status_code == 401
+    assert "exactly one x-api-key header" in response.text
+
+
 def test_an_oversized_token_gets_401_and_oversized_headers_431(gateway: ServerThread) -> None:
     # R: G3, G6 (issue 15: a 200 KB JWT was accepted)
     long_token = httpx2.post(gateway.url + "/v1/chat/completions", headers={"authorization": "Bearer " + "a" * 20_000},
