@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -24,9 +25,10 @@ from gateway.api.chat import ChatDialect
 from gateway.api.dialect import Dialect
 from gateway.api.messages import MessagesDialect
 from gateway.api.responses import ResponsesDialect
+from gateway.auth import authorization_of
 from gateway.chat import ChatHandler
 from gateway.config import Config, load_config
-from gateway.errors import BadRequest, GatewayError, MethodNotAllowed, ModelNotFound, NotFound, error_response, internal_error
+from gateway.errors import BadRequest, GatewayError, HeadersTooLarge, MethodNotAllowed, ModelNotFound, NotFound, error_response, internal_error
 from gateway.gateway import Gateway
 from gateway.identity import Identity
 from gateway.logs import request_id_var
@@ -35,10 +37,14 @@ log = logging.getLogger("toolgate.http")
 
 
 class RequestIdMiddleware:
-    """Pure ASGI (safe for streaming): sets the request id, echoes `x-request-id`, logs one line."""
+    """Pure ASGI (safe for streaming): sets the request id, echoes `x-request-id`, logs one line.
+    It also bounds what every route reads: headers over `max_header_bytes` get 431, and a body that
+    has not arrived within `body_timeout` seconds ends as a disconnect (the body readers answer 408)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, body_timeout: float = 30.0, max_header_bytes: int = 32 * 1024) -> None:
         self.app = app
+        self.body_timeout = body_timeout
+        self.max_header_bytes = max_header_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -60,7 +66,12 @@ class RequestIdMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            if sum(len(k) + len(v) for k, v in scope["headers"]) > self.max_header_bytes:
+                status = 431
+                too_large = HeadersTooLarge(f"request headers are over {self.max_header_bytes} bytes")
+                await error_response(too_large, lambda text: text)(scope, receive, send_with_id)
+                return
+            await self.app(scope, _deadline_receive(receive, self.body_timeout), send_with_id)
         except Exception:  # a bug: answer with the envelope and the request id, log the traceback
             log.exception("unexpected error")
             if not started_response:
@@ -74,6 +85,29 @@ class RequestIdMiddleware:
                     extra={**fields, "duration_ms": round((time.perf_counter() - started) * 1000, 2)},
                 )
             request_id_var.reset(token)
+
+
+def _deadline_receive(receive: Receive, seconds: float) -> Receive:
+    """`receive`, where the body must have arrived `seconds` after the request began: past that,
+    the app is told the client disconnected (a slow body cannot hold a worker)."""
+    deadline = time.monotonic() + seconds
+    body_done = False
+
+    async def bounded() -> Message:
+        nonlocal body_done
+        if body_done:
+            return await receive()
+        try:
+            async with asyncio.timeout_at(asyncio.get_running_loop().time() + max(0.0, deadline - time.monotonic())):
+                message = await receive()
+        except TimeoutError:
+            log.info("request body did not arrive within %gs", seconds)
+            return {"type": "http.disconnect"}
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            body_done = True
+        return message
+
+    return bounded
 
 
 def _install_error_handlers(app: FastAPI, gateway: Gateway) -> None:
@@ -141,11 +175,11 @@ def create_app(config: Config) -> FastAPI:
         return {"id": name, "object": "model", "created": 0, "owned_by": "toolgate"}
 
     async def models(request: Request) -> Response:
-        gateway.auth.authenticate(request.headers.get("authorization"))
+        gateway.auth.authenticate(authorization_of(request.headers))
         return JSONResponse({"object": "list", "data": [model_object(m) for m in gateway.routes]})
 
     async def model(request: Request) -> Response:
-        gateway.auth.authenticate(request.headers.get("authorization"))
+        gateway.auth.authenticate(authorization_of(request.headers))
         name = request.path_params["model"]
         if name not in gateway.routes:
             raise ModelNotFound(f"model '{name[:200]}' is not served here; GET /v1/models lists the models", param="model")
@@ -160,7 +194,7 @@ def create_app(config: Config) -> FastAPI:
 
     async def metrics(request: Request) -> Response:
         if gateway.config.server.metrics_auth:
-            gateway.auth.authenticate(request.headers.get("authorization"))
+            gateway.auth.authenticate(authorization_of(request.headers))
         return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.router.routes.append(Route("/v1/models", models, methods=["GET"]))
@@ -183,7 +217,8 @@ def create_app(config: Config) -> FastAPI:
     if bridge is not None:
         app.router.routes.extend(bridge.routes())
     _install_error_handlers(app, gateway)
-    app.add_middleware(RequestIdMiddleware)
+    server = config.server
+    app.add_middleware(RequestIdMiddleware, body_timeout=server.body_timeout_seconds, max_header_bytes=server.max_header_bytes)
     return app
 
 
@@ -205,7 +240,7 @@ def _bridge_service(gateway: Gateway) -> Any:
     from gateway.bridge.service import BridgeService
 
     async def authenticate(request: Request) -> Identity:
-        return gateway.auth.authenticate(request.headers.get("authorization"))
+        return gateway.auth.authenticate(authorization_of(request.headers))
 
     return BridgeService(
         settings, authenticate=authenticate, http=gateway.http, metrics=gateway.metrics.registry,

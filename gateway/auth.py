@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx2
 import jwt
+from starlette.datastructures import Headers
 
 from gateway.config import AuthConfig, JwtSettings
 from gateway.errors import Unauthorized
@@ -22,14 +23,35 @@ def fingerprint(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+MAX_TOKEN_CHARS = 8192
+"""Longest bearer token read (a JWT with the usual claims is well under 2 KB); beyond: 401."""
+
+
 def bearer_token(authorization: str | None) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header, or None."""
+    """The token of an `Authorization: Bearer <token>` header, or None. Raises `Unauthorized` for
+    a token over `MAX_TOKEN_CHARS` (it is never parsed or hashed)."""
     if not authorization:
         return None
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
+    if len(token) > MAX_TOKEN_CHARS:
+        raise Unauthorized(f"credential refused: a bearer token is at most {MAX_TOKEN_CHARS} characters")
     return token.strip()
+
+
+CREDENTIAL_HEADERS = ("authorization", "x-api-key")
+"""Headers a client API may carry its credential in (`x-api-key`: the Messages API)."""
+
+
+def authorization_of(headers: Headers) -> str | None:
+    """The one `Authorization` header of a request (None without one). Two or more of it, or of
+    `x-api-key`, are refused (401): proxies and frameworks disagree on which one counts, so none does."""
+    for name in CREDENTIAL_HEADERS:
+        if len(headers.getlist(name)) > 1:
+            raise Unauthorized(f"credential refused: send exactly one {'Authorization' if name == 'authorization' else name} header")
+    values = headers.getlist("authorization")
+    return values[0] if values else None
 
 
 class Authenticator:
@@ -92,7 +114,7 @@ class Authenticator:
                 algorithms=settings.algorithms,
                 audience=settings.audience,
                 issuer=settings.issuer,
-                options={"require": ["exp"], "verify_aud": settings.audience is not None},
+                options={"require": ["exp", "aud", "iss"]},
             )
         except jwt.ExpiredSignatureError:
             raise Unauthorized("invalid token: expired") from None

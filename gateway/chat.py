@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.accounting import RECORD_KEY, RequestRecord
 from gateway.api.body import parse_object, read_body
 from gateway.api.dialect import Dialect, StreamEncoder, Translation
+from gateway.auth import authorization_of
 from gateway.chain import GatewayTool
 from gateway.conversation import CONVERSATION_HEADER, client_conversation_id, conversation_key
 from gateway.errors import GatewayError, ModelNotFound, Unauthorized, UpstreamTimeout, error_response, internal_error
@@ -74,6 +75,7 @@ class ChatHandler:
                 record.finish(self.gw.metrics, time.perf_counter() - started)
 
     async def _serve(self, request: Request, dialect: Dialect, record: RequestRecord, started: float) -> Response:
+        authorization_of(request.headers)  # two or more Authorization headers: 401, whichever the dialect reads
         credential = dialect.credential(request.headers)
         if credential is None and self.gw.auth.mode != "none":
             raise Unauthorized(f"missing credential: send {dialect.credential_headers}")

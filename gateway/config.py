@@ -30,6 +30,8 @@ class ServerSettings(_Strict):
     metrics_auth: bool = Field(
         default=False, description="GET /metrics needs a credential that `auth` accepts (e.g. an API key for the scraper)"
     )
+    body_timeout_seconds: float = Field(default=30, gt=0, description="a request body must arrive within this; else 408")
+    max_header_bytes: int = Field(default=32 * 1024, ge=1024, description="request headers larger in all get 431")
 
 
 class ApiKey(_Strict):
@@ -81,6 +83,9 @@ class AuthConfig(_Strict):
             raise ValueError("mode 'api_keys' needs at least one entry in 'api_keys'")
         if self.mode == "jwt" and self.jwt is None:
             raise ValueError("mode 'jwt' needs a 'jwt' section")
+        if self.mode == "jwt" and self.jwt is not None and (not self.jwt.audience or not self.jwt.issuer):
+            # without them any token the key signed is accepted, whoever it was issued for
+            raise ValueError("mode 'jwt' needs 'jwt.audience' and 'jwt.issuer' (the token's 'aud' and 'iss' must match them)")
         return self
 
 

@@ -37,13 +37,14 @@ def _first_message(messages: list[Any]) -> str:
 def conversation_key(identity: Identity, client_id: str | None, messages: list[Any]) -> str | None:
     """A stable key for this conversation, or None when nothing may be pooled.
 
-    - A client-sent id is scoped by user and org; for a caller with neither, by the fingerprint of
-      its credential, so two callers sending the same id never share a key.
+    - A client-sent id is scoped by user and org, and for a caller with no user id also by the
+      fingerprint of its credential: two JWTs or API keys that name only an org are two callers,
+      and two callers sending the same id never share a key (G4).
     - Otherwise the key is derived from user, org, the credential fingerprint and the first
       message, only when a user or an org is known.
     """
     if client_id is not None:
-        scope_fp = identity.credential_fp if identity.is_anonymous else None
+        scope_fp = identity.credential_fp if identity.user_id is None else None
         return "c-" + _hash("client", identity.user_id, identity.org_id, scope_fp, client_id)
     if identity.is_anonymous:
         return None

@@ -57,6 +57,16 @@ class Unavailable(GatewayError):
     status, type, code = 503, "server_error", "unavailable"
 
 
+class RequestTimeout(GatewayError):
+    """The request body did not arrive within `server.body_timeout_seconds`."""
+
+    status, type, code = 408, "invalid_request_error", "request_timeout"
+
+
+class HeadersTooLarge(GatewayError):
+    status, type, code = 431, "invalid_request_error", "headers_too_large"
+
+
 class PayloadTooLarge(GatewayError):
     status, type, code = 413, "invalid_request_error", "request_too_large"
 

@@ -41,10 +41,20 @@ class JsonFormatter(logging.Formatter):
         return self._secrets.scrub(line) if self._secrets is not None else line
 
 
+THIRD_PARTY_LEVEL = "WARNING"
+"""Level of the root logger: libraries' warnings and errors (the MCP SDK's tracebacks among them)
+reach stderr as our JSON lines, scrubbed, never through Python's last-resort handler."""
+
+
 def configure_logging(level: str, secrets: SecretSet | None = None) -> None:
-    """Send the `toolgate` and `uvicorn` loggers to stderr as JSON. Called by `toolgate serve`."""
+    """Send every log line to stderr as scrubbed JSON: the `toolgate` and `uvicorn` loggers at
+    `level`, everything else (the MCP SDK, httpx2, ...) through the root logger at WARNING.
+    Called by `toolgate serve`."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(secrets))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(THIRD_PARTY_LEVEL)
     for name in ("toolgate", "uvicorn", "uvicorn.error"):
         logger = logging.getLogger(name)
         logger.handlers[:] = [handler]

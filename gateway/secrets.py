@@ -6,13 +6,18 @@ of defence (gateway.logs).
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, TypeVar, get_args
+from urllib.parse import quote, quote_plus
 
 from pydantic import AfterValidator, BaseModel
 from pydantic.fields import FieldInfo
+
+M = TypeVar("M", bound=BaseModel)
 
 _REF = re.compile(r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:.+)$")
 
@@ -44,21 +49,96 @@ class SecretError(ValueError):
     """A reference that cannot be resolved; the message names the reference, never a value."""
 
 
+MIN_ENCODED_FORM = 8
+"""Encoded forms shorter than this are not searched for (too likely to occur by chance)."""
+
+REDACTED = "[redacted]"
+
+
+def secret_forms(value: str) -> set[str]:
+    """`value` and the forms it takes through simple encodings: reversed, URL-encoded, JSON-escaped,
+    hex (both cases), and base64 (standard and URL-safe) at each of the three byte alignments it can
+    have inside a longer encoded text (the characters that depend on neighbouring bytes left out)."""
+    raw = value.encode("utf-8")
+    forms = {value[::-1], quote(value, safe=""), quote_plus(value), json.dumps(value)[1:-1], raw.hex(), raw.hex().upper()}
+    forms |= {form.lower() for form in list(forms) if "%" in form}
+    for shift, head in ((0, 0), (1, 2), (2, 3)):
+        encoded = base64.b64encode(b"\0" * shift + raw).decode("ascii").rstrip("=")
+        tail = 1 if (shift + len(raw)) % 3 else 0
+        core = encoded[head: len(encoded) - tail]
+        forms |= {core, core.replace("+", "-").replace("/", "_")}
+    return {value} | {form for form in forms if len(form) >= MIN_ENCODED_FORM}
+
+
 class SecretSet:
-    """The secret values this process resolved, for scrubbing output."""
+    """The secret values this process resolved, for scrubbing whatever leaves it: logs, errors,
+    and what MCP servers send back (a server may echo the credential it was given, B4)."""
 
     def __init__(self) -> None:
         self._values: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
 
     def add(self, value: str) -> None:
-        if len(value) >= 4:
-            self._values.add(value)
+        """Remember a resolved secret (values under 4 characters are too short to search for). A
+        header value with a scheme (`Bearer <token>`) is remembered with its credential alone too,
+        which a server may echo on its own."""
+        _, _, credential = value.partition(" ")
+        for item in (value, credential.strip()) if len(credential.strip()) >= MIN_ENCODED_FORM else (value,):
+            if len(item) >= 4 and item not in self._values:
+                self._values.add(item)
+                self._pattern = None
 
     def scrub(self, text: str) -> str:
-        for value in self._values:
-            if value in text:
-                text = text.replace(value, "[redacted]")
-        return text
+        """`text` with every secret, in every form of `secret_forms`, replaced by `[redacted]`."""
+        if not self._values:
+            return text
+        pattern = self._pattern
+        if pattern is None:
+            forms = sorted({f for v in self._values for f in secret_forms(v)}, key=len, reverse=True)
+            pattern = self._pattern = re.compile("|".join(re.escape(f) for f in forms))
+        return pattern.sub(REDACTED, text)
+
+    def scrub_json(self, value: Any) -> Any:
+        """A JSON value (dicts, lists, strings: keys and values) with every string scrubbed."""
+        if not self._values:
+            return value
+        stack: list[Any] = []
+        root = self._scrub_item(value, stack)
+        while stack:
+            container = stack.pop()
+            items = container.items() if isinstance(container, dict) else enumerate(container)
+            updates = [(key, self._scrub_item(item, stack)) for key, item in items]
+            if isinstance(container, dict):
+                renamed = {k: v for k, v in updates}
+                container.clear()
+                container.update({self.scrub(k) if isinstance(k, str) else k: v for k, v in renamed.items()})
+            else:
+                for index, item in updates:
+                    container[index] = item
+        return root
+
+    def scrub_model(self, model: M) -> M:
+        """A pydantic model (an MCP result, a listing) with every string in it scrubbed; the same
+        object when no secret occurs in it."""
+        if not self._values:
+            return model
+        data = model.model_dump(mode="json", by_alias=True)
+        scrubbed = self.scrub_json(data)
+        if scrubbed == data:
+            return model
+        return type(model).model_validate(scrubbed)
+
+    def _scrub_item(self, item: Any, stack: list[Any]) -> Any:
+        if isinstance(item, str):
+            return self.scrub(item)
+        if isinstance(item, dict):
+            copy: Any = dict(item)
+        elif isinstance(item, list | tuple):
+            copy = list(item)
+        else:
+            return item
+        stack.append(copy)
+        return copy
 
     def __len__(self) -> int:
         return len(self._values)

@@ -1,35 +1,55 @@
-"""The one size-limited request-body reader, and JSON bodies parsed from it (G6)."""
+"""The one request-body reader, and JSON bodies parsed from it (G6): bounded in bytes, in time and
+in JSON nesting.
+
+    raw = await read_body(request, limit)   # 413 past `limit`; 408 when the body stopped arriving
+    data = parse_json(raw)                   # 400 for bad JSON or nesting past MAX_JSON_DEPTH
+
+The time bound itself is the app's (`RequestIdMiddleware` ends a body that has not arrived within
+`server.body_timeout_seconds` as a disconnect); here a disconnect mid-body becomes 408.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
-from gateway.errors import BadRequest, PayloadTooLarge
+from gateway.errors import BadRequest, PayloadTooLarge, RequestTimeout
+
+MAX_JSON_DEPTH = 128
+"""Deepest nesting of arrays and objects accepted in a JSON body (a chat request with tool schemas
+stays far below); deeper bodies get 400 before anything walks them recursively."""
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing anything over `limit` bytes with 413 (without reading it all)."""
+    """The request body, refusing anything over `limit` bytes with 413 (without reading it all),
+    and a body that stopped arriving (the app's body timeout, or the client leaving) with 408."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body is {int(declared)} bytes; the limit is {limit}")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise RequestTimeout("the request body did not arrive in time") from None
     return b"".join(chunks)
 
 
-def parse_json(raw: bytes) -> Any:
-    """The body as JSON, or 400 saying why it is not."""
+def parse_json(raw: bytes, what: str = "request body") -> Any:
+    """`raw` as JSON; 400 saying why when it is not JSON or nests deeper than MAX_JSON_DEPTH."""
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _depth(raw) > MAX_JSON_DEPTH:
+        raise BadRequest(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         return json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:  # pragma: no cover - the depth check comes first
+        raise BadRequest(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels") from None
 
 
 def parse_object(raw: bytes) -> dict[str, Any]:
@@ -38,3 +58,28 @@ def parse_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     return body
+
+
+def _depth(raw: bytes) -> int:
+    """The deepest bracket nesting of a JSON text, strings skipped; stops counting past the limit."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_JSON_DEPTH:
+                    return deepest
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest

@@ -26,15 +26,19 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.bridge.api_support import Authenticate, Conflict, caller_of, json_body, object_body, owner_for, rendered
+from gateway.bridge.audit import AuditWriter
 from gateway.bridge.audit_args import Scrub
 from gateway.bridge.config import BridgeDecl, ConnectionConfig
 from gateway.bridge.federation import CallerScope
 from gateway.bridge.graph import Graph, empty_graph
+from gateway.bridge.limits import BridgeLimits
 from gateway.bridge.naming import prefix_problems
-from gateway.bridge.records import BridgeRecord, ConnectionRecord
+from gateway.bridge.records import AuditAction, AuditRecord, BridgeRecord, ConnectionRecord
 from gateway.bridge.store import BridgeStore
+from gateway.bridge.tenancy import may_hold
 from gateway.bridge.upstream import Upstreams
 from gateway.bridge.validation import GraphInvalid, GraphProblem, parse_graph
+from gateway.egress import EgressPolicy
 from gateway.errors import BadRequest, Forbidden, NotFound
 
 
@@ -49,12 +53,18 @@ class BridgeApi:
         endpoint_allowed: Callable[[str], bool] = lambda url: True,
         *,
         scrub: Scrub,
+        limits: BridgeLimits | None = None,
+        audit: AuditWriter | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         self._scrub = scrub
         self._store = store
         self._upstreams = upstreams
         self._auth = authenticate
         self._endpoint_allowed = endpoint_allowed
+        self._limits = limits or BridgeLimits()
+        self._audit = audit
+        self._egress = egress or EgressPolicy()
 
     def routes(self) -> list[BaseRoute]:
         """Starlette routes of the REST API."""
@@ -85,6 +95,7 @@ class BridgeApi:
 
     async def create_bridge(self, request: Request) -> Response:
         """POST /bridges: a new bridge over the caller's connections."""
+        started = time.perf_counter()
         caller = await caller_of(request, self._auth)
         data = object_body(await json_body(request), {"id", "owner", "connections"})
         try:
@@ -97,12 +108,20 @@ class BridgeApi:
         unknown = [c for c in decl.connections if c not in mine]
         if unknown:
             raise BadRequest(f"unknown connection(s): {', '.join(unknown)}")
+        foreign = [c for c in decl.connections if not may_hold(decl.owner, mine[c].owner)]
+        if foreign:
+            raise BadRequest(
+                f"bridge {decl.id} belongs to {decl.owner}: it may hold only that org's connections, "
+                f"not {', '.join(foreign)} (every member of the org can call it and edit its graph)"
+            )
         members = [(c.id, c.owner, c.name_prefix) for c in (mine[i] for i in decl.connections)]
         clashes = prefix_problems(members, same_caller=True)
         if clashes:
             raise BadRequest(f"tool names could collide: {'; '.join(clashes)}")
         record = BridgeRecord(decl.id, decl.owner, tuple(decl.connections), "api")
         await self._store.upsert_bridge(record)
+        args = {"owner": record.owner, "connections": list(record.connections)}
+        self._record(change_record(caller, "bridge.create", record.id, args, started))
         return JSONResponse(record.public(), status_code=201)
 
     async def get_bridge(self, request: Request) -> Response:
@@ -114,10 +133,12 @@ class BridgeApi:
 
     async def delete_bridge(self, request: Request) -> Response:
         """DELETE /bridges/{id}: remove an API-made bridge and its graph."""
-        _, bridge = await self._bridge(request)
+        started = time.perf_counter()
+        caller, bridge = await self._bridge(request)
         if bridge.source == "config":
             raise Conflict(f"bridge {bridge.id} is declared in the config file; remove it there")
         await self._store.delete_bridge(bridge.id)
+        self._record(change_record(caller, "bridge.delete", bridge.id, {"owner": bridge.owner}, started))
         return Response(status_code=204)
 
     async def get_graph(self, request: Request) -> Response:
@@ -127,10 +148,11 @@ class BridgeApi:
         return JSONResponse(data if data is not None else empty_graph().dump())
 
     async def put_graph(self, request: Request) -> Response:
-        """PUT /bridges/{id}/graph: validate (F8) and save (F12)."""
-        _, bridge = await self._bridge(request)
+        """PUT /bridges/{id}/graph: validate (F8) and save (F12); the save is audited with its editor."""
+        started = time.perf_counter()
+        caller, bridge = await self._bridge(request)
         try:
-            graph = parse_graph(await json_body(request))
+            graph = parse_graph(await json_body(request), self._limits)
             foreign = tuple(
                 n.id for n in graph.nodes if n.kind == "tool" and n.connectionId not in bridge.connections
             )
@@ -140,7 +162,9 @@ class BridgeApi:
                 raise GraphInvalid([GraphProblem("unknown connection", foreign, message)])
         except GraphInvalid as exc:
             raise GraphRejected(exc) from None
-        await self._store.save_graph(bridge.id, graph.dump(), time.time())
+        await self._store.save_graph(bridge.id, graph.dump(), time.time(), caller.actor_id)
+        shape = {"nodes": len(graph.nodes), "edges": len(graph.edges), "pipelines": [p.name for p in graph.pipelines]}
+        self._record(change_record(caller, "bridge.graph_save", bridge.id, shape, started))
         return JSONResponse(graph.dump())
 
     async def list_connections(self, request: Request) -> Response:
@@ -150,6 +174,7 @@ class BridgeApi:
 
     async def create_connection(self, request: Request) -> Response:
         """POST /connections: a connection without credentials (those are declared in YAML)."""
+        started = time.perf_counter()
         caller = await caller_of(request, self._auth)
         data = object_body(await json_body(request), {"id", "owner", "endpoint", "prefix"})
         try:
@@ -158,18 +183,31 @@ class BridgeApi:
             raise BadRequest(_first_error(exc)) from None
         if not self._endpoint_allowed(decl.endpoint):
             raise Forbidden(f"endpoint {decl.endpoint} is not in the Bridge's apiEndpointAllowList")
+        if self._egress.refuses_literal(decl.endpoint):
+            raise Forbidden(
+                f"endpoint {decl.endpoint} is refused: connections made through the API may not reach loopback, "
+                "private, link-local or the gateway's own addresses (see the Bridge's apiEndpointAllowPrivate)"
+            )
         if await self._store.get_connection(decl.id) is not None:
             raise Conflict(f"connection id {decl.id} is taken")
+        made = [c for c in await self._store.list_connections((decl.owner,)) if c.source == "api" and c.owner == decl.owner]
+        if len(made) >= self._limits.connectionsPerOwner:
+            raise Forbidden(
+                f"{decl.owner} has {len(made)} connections made through the API; "
+                f"the limit is {self._limits.connectionsPerOwner} (bridge.limits.connectionsPerOwner)"
+            )
         seen = [(c.id, c.owner, c.name_prefix) for c in await self._store.list_connections(caller.owners)]
         clashes = [p for p in prefix_problems([*seen, (decl.id, decl.owner, decl.name_prefix)]) if decl.id in p]
         if clashes:
             raise Conflict(f"tool names could collide: {'; '.join(clashes)}")
         record = ConnectionRecord(decl.id, decl.owner, decl.endpoint, source="api", prefix=decl.prefix)
         await self._store.upsert_connection(record)
+        self._record(change_record(caller, "connection.create", record.id, {"owner": record.owner}, started))
         return JSONResponse(record.public(), status_code=201)
 
     async def delete_connection(self, request: Request) -> Response:
         """DELETE /connections/{id}: remove an API-made connection."""
+        started = time.perf_counter()
         caller = await caller_of(request, self._auth)
         conn = await self._store.get_connection(request.path_params["connection_id"])
         if conn is None or conn.owner not in caller.owners:
@@ -178,7 +216,13 @@ class BridgeApi:
             raise Conflict(f"connection {conn.id} is declared in the config file; remove it there")
         await self._store.delete_connection(conn.id)
         self._upstreams.forget(conn.id)
+        self._record(change_record(caller, "connection.delete", conn.id, {"owner": conn.owner}, started))
         return Response(status_code=204)
+
+    def _record(self, record: AuditRecord) -> None:
+        """Audit a change (fire-and-forget, like every audit record)."""
+        if self._audit is not None:
+            self._audit.submit(record)
 
 
 class GraphRejected(BadRequest):
@@ -194,6 +238,17 @@ class GraphRejected(BadRequest):
         body = super().body()
         body["error"]["problems"] = self.problems
         return body
+
+
+def change_record(caller: CallerScope, action: AuditAction, resource: str, args: dict[str, Any], started: float) -> AuditRecord:
+    """The audit record of a change made through the REST API: who changed which bridge or
+    connection (scope `bridge:<id>` or `connection:<id>`), with identifiers and counts only."""
+    kind = "bridge" if action.startswith("bridge.") else "connection"
+    return AuditRecord(
+        ts=time.time(), action=action, actor_id=caller.actor_id, actor_email=caller.identity.email,
+        resource=resource, scope=f"{kind}:{resource}", mutating=True, args=args, status="success",
+        duration_ms=(time.perf_counter() - started) * 1000,
+    )
 
 
 def _first_error(exc: ValidationError) -> str:

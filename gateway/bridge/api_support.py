@@ -49,7 +49,8 @@ async def caller_of(request: Request, authenticate: Authenticate) -> CallerScope
 
 
 async def json_body(request: Request) -> Any:
-    """The request body as JSON, or 400 saying why not (413 beyond `MAX_BODY_BYTES`)."""
+    """The request body as JSON, or 400 saying why not (413 beyond `MAX_BODY_BYTES`, 408 when it
+    stopped arriving, 400 when nested too deeply)."""
     return parse_json(await read_body(request, MAX_BODY_BYTES))
 
 

@@ -11,9 +11,10 @@ import json
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import get_args
 
 from gateway.bridge.audit_api import parse_time
-from gateway.bridge.records import AuditQuery, AuditRecord
+from gateway.bridge.records import AuditAction, AuditQuery, AuditRecord
 from gateway.bridge.service import database_path
 from gateway.bridge.store import SqliteStore
 from gateway.bridge.validation import GraphInvalid, parse_graph
@@ -33,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     listing.add_argument("--user", default=None, help="only this actor (user id)")
     listing.add_argument("--since", default=None, help="from this time (ISO 8601 or epoch seconds)")
     listing.add_argument("--until", default=None, help="before this time (ISO 8601 or epoch seconds)")
-    listing.add_argument("--action", default=None, choices=["mcp.tool_call", "mcp.pipeline_call"])
+    listing.add_argument("--action", default=None, choices=list(get_args(AuditAction)))
     listing.add_argument("--resource", default=None, help="tool or pipeline name")
     listing.add_argument("--status", default=None, choices=["success", "failure"])
     listing.add_argument("--limit", type=int, default=100)

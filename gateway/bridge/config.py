@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from urllib.parse import unquote, urlsplit
 
@@ -9,7 +10,9 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.bridge.limits import BridgeLimits
 from gateway.bridge.naming import prefix_problems
+from gateway.bridge.tenancy import may_hold
 from gateway.secrets import SecretRef
 
 _OWNER = re.compile(r"^(org:)?[^\s:]+$")
@@ -102,10 +105,27 @@ class BridgeConfig(BaseModel):
     allowedHosts: list[str] = Field(
         default_factory=list, description="Host values accepted on /mcp (DNS-rebinding protection); empty: any"
     )
+    limits: BridgeLimits = Field(default_factory=BridgeLimits, description="bounds on graphs, pipeline values, sessions")
     apiEndpointAllowList: list[str] = Field(
         default_factory=list,
         description="URLs (scheme://host[:port][/path]) that connections made through the REST API may use; empty: any",
     )
+
+    apiEndpointAllowPrivate: list[str] = Field(
+        default_factory=list,
+        description="networks (CIDR) REST-made connections may reach although they are loopback, private, "
+        "link-local or this host's own (e.g. 127.0.0.0/8 for a local setup); empty: none",
+    )
+
+    @field_validator("apiEndpointAllowPrivate")
+    @classmethod
+    def _networks(cls, values: list[str]) -> list[str]:
+        for value in values:
+            try:
+                ipaddress.ip_network(value, strict=False)
+            except ValueError:
+                raise ValueError(f"{value!r}: expected a network in CIDR form, e.g. 127.0.0.0/8 or 10.0.5.0/24") from None
+        return values
 
     @field_validator("apiEndpointAllowList")
     @classmethod
@@ -133,6 +153,18 @@ class BridgeConfig(BaseModel):
             if target[3] == prefix or target[3].startswith(prefix + "/"):
                 return True
         return False
+
+    @model_validator(mode="after")
+    def _org_bridges_hold_org_connections(self) -> "BridgeConfig":
+        owners = {c.id: c.owner for c in self.connections}
+        for bridge in self.bridges:
+            foreign = [c for c in bridge.connections if c in owners and not may_hold(bridge.owner, owners[c])]
+            if foreign:
+                raise ValueError(
+                    f"bridge {bridge.id} belongs to {bridge.owner}: it may hold only that org's connections, "
+                    f"not {', '.join(foreign)}"
+                )
+        return self
 
     @model_validator(mode="after")
     def _unique(self) -> "BridgeConfig":

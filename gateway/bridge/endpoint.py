@@ -13,9 +13,8 @@ import dataclasses
 import json
 import logging
 import warnings
-from collections import OrderedDict
-from contextvars import ContextVar
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 import mcp_types as types
@@ -27,18 +26,21 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from gateway.api.body import read_body
+from gateway.bridge.api_support import MAX_BODY_BYTES
 from gateway.bridge.audit_args import Scrub
 from gateway.bridge.federation import CallerScope, owners_of
 from gateway.bridge.handlers import BridgeHandlers
+from gateway.bridge.limits import BridgeLimits
 from gateway.bridge.offerings import Offerings
+from gateway.bridge.sessions import Binding, SessionTable, TooManyOpening, caller_key
 from gateway.bridge.store import BridgeStore
-from gateway.errors import GatewayError, NotFound, Unavailable, error_response
+from gateway.errors import GatewayError, NotFound, PayloadTooLarge, Unavailable, error_response
 from gateway.identity import Identity
 
 log = logging.getLogger("toolgate.bridge.endpoint")
 
 SCOPE_KEY = "toolgate.bridge.caller"
-MAX_BOUND_SESSIONS = 10_000
 
 Authenticate = Callable[[Request], Awaitable[Identity]]
 
@@ -133,7 +135,7 @@ def with_bare_hosts(allowed_hosts: list[str]) -> list[str]:
     return hosts
 
 
-def build_manager(server: Server[Any], allowed_hosts: list[str]) -> StreamableHTTPSessionManager:
+def build_manager(server: Server[Any], allowed_hosts: list[str], max_sessions: int = 10_000) -> StreamableHTTPSessionManager:
     """A session-ful manager (stateless 2026-07-28 requests are served by it too)."""
     allowed_hosts = with_bare_hosts(allowed_hosts)
     origins = [f"{scheme}://{host}" for host in allowed_hosts for scheme in ("http", "https")]
@@ -142,26 +144,31 @@ def build_manager(server: Server[Any], allowed_hosts: list[str]) -> StreamableHT
         if allowed_hosts
         else TransportSecuritySettings(enable_dns_rebinding_protection=False)
     )
-    return StreamableHTTPSessionManager(server, security_settings=security, session_idle_timeout=1800)
+    return StreamableHTTPSessionManager(
+        server, security_settings=security, session_idle_timeout=1800, max_sessions=max_sessions
+    )
 
 
-def _binding(identity: Identity, bridge_id: str | None) -> tuple[str | None, ...]:
-    if identity.is_anonymous:
-        return ("anonymous", identity.credential_fp, bridge_id)
-    return (identity.user_id, identity.org_id, bridge_id)
+def _binding(identity: Identity, bridge_id: str | None) -> Binding:
+    """Who a session belongs to: the caller (`caller_key`) and the bridge it was opened on."""
+    return (*caller_key(identity), bridge_id)
 
 
 class McpEndpoint:
     """ASGI app for `/mcp` and `/mcp/{bridge_id}`: auth, bridge scoping, session binding, then the SDK."""
 
-    def __init__(self, store: BridgeStore, authenticate: Authenticate, offerings: Offerings, *, scrub: Scrub) -> None:
+    def __init__(
+        self, store: BridgeStore, authenticate: Authenticate, offerings: Offerings, *, scrub: Scrub,
+        limits: BridgeLimits | None = None,
+    ) -> None:
         self._scrub = scrub
         self.manager: StreamableHTTPSessionManager | None = None
         """Set by the service while it runs (a manager runs once, so each start makes a new one)."""
         self._offerings = offerings
         self._store = store
         self._authenticate = authenticate
-        self._sessions: OrderedDict[str, tuple[str | None, ...]] = OrderedDict()
+        self._limits = limits or BridgeLimits()
+        self._sessions = SessionTable(self._limits.sessionsPerCaller)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         manager = self.manager
@@ -175,27 +182,55 @@ class McpEndpoint:
         except GatewayError as exc:
             await error_response(exc, self._scrub)(scope, receive, send)
             return
+        if request.method == "POST":  # read here, bounded in size and time (the SDK would answer a slow body with 500)
+            try:
+                receive = _replay(await read_body(request, MAX_BODY_BYTES), receive)
+            except PayloadTooLarge:  # a JSON-RPC error, like the SDK's own 413 (`_watch`)
+                await _json(send, 413, _too_large())
+                return
+            except GatewayError as exc:
+                await error_response(exc, self._scrub)(scope, receive, send)
+                return
         binding = _binding(identity, caller.bridge.id if caller.bridge else None)
         session_id = request.headers.get(MCP_SESSION_ID_HEADER)
-        # Every session is minted through here, so an id we do not hold is foreign, expired or forgotten.
-        if session_id is not None and self._sessions.get(session_id) != binding:
-            if session_id in self._sessions:
-                log.warning("session %s refused: opened by another caller or on another bridge", session_id[:16])
-            else:
-                log.info("session %s refused: unknown here (ended, deleted, expired, or opened on another replica)",
-                         session_id[:16])
-            body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Session not found"}}
-            await _json(send, 404, body)
+        if session_id is not None:
+            # Every session is minted through here, so an id we do not hold is foreign, expired or forgotten.
+            owner = self._sessions.owner(session_id)
+            if owner != binding:
+                if owner is not None:
+                    log.warning("session %s refused: opened by another caller or on another bridge", session_id[:16])
+                else:
+                    log.info("session %s refused: unknown here (ended, deleted, expired, or opened on another replica)",
+                             session_id[:16])
+                await _json(send, 404, _rpc_error(-32600, "Session not found"))
+                return
+            self._sessions.touch(session_id)
+            if identity.is_anonymous and identity.credential_fp is None:
+                caller = dataclasses.replace(caller, downstream_session=session_id)  # auth off: callers by session
+            scope[SCOPE_KEY] = caller
+            await manager.handle_request(scope, receive, self._watch(send, session_id, binding, request.method, []))
             return
-        if identity.is_anonymous and identity.credential_fp is None and session_id is not None:
-            caller = dataclasses.replace(caller, downstream_session=session_id)  # auth off: callers by session
         scope[SCOPE_KEY] = caller
-        if session_id is None and request.method == "POST":  # may open a session or discover: capabilities
-            try:
-                ANNOUNCED.set(await self._offerings.capabilities(caller))
-            except Exception as exc:  # the handlers will meet the same failure and answer it; announce all
-                log.warning("capabilities of %s not computed: %s", caller.name, type(exc).__name__)
-        await manager.handle_request(scope, receive, self._watch(send, session_id, binding, request.method))
+        try:
+            self._sessions.begin_open(binding)
+        except TooManyOpening:
+            await _json(send, 429, _rpc_error(-32000, "too many sessions being opened by this caller; retry later"))
+            return
+        minted: list[str] = []
+        try:
+            if request.method == "POST":  # may open a session or discover: capabilities
+                try:
+                    ANNOUNCED.set(await self._offerings.capabilities(caller))
+                except Exception as exc:  # the handlers will meet the same failure and answer it; announce all
+                    log.warning("capabilities of %s not computed: %s", caller.name, type(exc).__name__)
+            await manager.handle_request(scope, receive, self._watch(send, None, binding, request.method, minted))
+        finally:
+            alive = _alive_in(manager)
+            evicted = self._sessions.end_open(binding, minted[0] if minted else None, alive)
+            if len(self._sessions) > self._limits.sessions:
+                self._sessions.prune(alive)
+            for old in evicted:  # the caller's own least recently used sessions, beyond its cap
+                await _close_session(manager, old)
 
     async def _caller(self, identity: Identity, bridge_id: str | None) -> CallerScope:
         owners = owners_of(identity)
@@ -206,9 +241,10 @@ class McpEndpoint:
             raise NotFound(f"bridge {bridge_id} not found")
         return CallerScope(identity, owners, bridge)
 
-    def _watch(self, send: Send, session_id: str | None, binding: tuple[str | None, ...], method: str) -> Send:
-        """Record the binding of a session the SDK mints; forget it when the client deletes it. A body
-        the SDK refuses as too large (413, plain text) is answered as a JSON-RPC error instead."""
+    def _watch(self, send: Send, session_id: str | None, binding: Binding, method: str, minted: list[str]) -> Send:
+        """Bind a session the SDK mints (noted in `minted`) as its response starts; forget a session
+        its client deletes. A body the SDK refuses as too large (413, plain text) is answered as a
+        JSON-RPC error instead."""
         too_large = False
 
         async def watched(message: Message) -> None:
@@ -218,25 +254,54 @@ class McpEndpoint:
                 return
             if too_large:
                 if message["type"] == "http.response.body" and not message.get("more_body"):
-                    body = {"jsonrpc": "2.0", "id": None,
-                            "error": {"code": -32600, "message": "Request body too large (over 4 MiB)"}}
-                    await _json(send, 413, body)
+                    await _json(send, 413, _too_large())
                 return
             if message["type"] == "http.response.start":
                 if session_id is None:
                     for key, value in message.get("headers", []):
                         if key.decode("latin-1").lower() == MCP_SESSION_ID_HEADER:
-                            self._bind(value.decode("latin-1"), binding)
+                            minted.append(value.decode("latin-1"))
+                            self._sessions.bind(minted[-1], binding)
                 elif method == "DELETE" and message["status"] < 300:
-                    self._sessions.pop(session_id, None)
+                    self._sessions.forget(session_id)
             await send(message)
 
         return watched
 
-    def _bind(self, session_id: str, binding: tuple[str | None, ...]) -> None:
-        self._sessions[session_id] = binding
-        while len(self._sessions) > MAX_BOUND_SESSIONS:
-            self._sessions.popitem(last=False)
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands over the body already read, then waits on the client as before."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replayed
+
+
+def _rpc_error(code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+
+
+def _too_large() -> dict[str, Any]:
+    return _rpc_error(-32600, f"Request body too large (over {MAX_BODY_BYTES // (1024 * 1024)} MiB)")
+
+
+def _alive_in(manager: StreamableHTTPSessionManager) -> Callable[[str], bool]:
+    """Does the SDK still hold a session? (It expires idle sessions itself; the SDK has no public
+    accessor, so its table is read, and everything counts as alive should that ever change.)"""
+    instances = getattr(manager, "_server_instances", None)
+    return (lambda session_id: session_id in instances) if isinstance(instances, dict) else (lambda session_id: True)
+
+
+async def _close_session(manager: StreamableHTTPSessionManager, session_id: str) -> None:
+    """End a session in the SDK (its transport terminated, its id answers 404 from now on)."""
+    instances = getattr(manager, "_server_instances", None)
+    transport = instances.get(session_id) if isinstance(instances, dict) else None
+    discard = getattr(manager, "_discard_session", None)
+    if transport is not None and discard is not None:
+        await discard(session_id, transport)
+    log.info("session %s closed: its caller opened more than its limit", session_id[:16])
 
 
 async def _json(send: Send, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:

@@ -13,6 +13,7 @@ import mcp_types as types
 from gateway.bridge.naming import SEPARATOR, ToolNameMap, federated_name
 from gateway.bridge.records import BridgeRecord, ConnectionRecord
 from gateway.bridge.store import BridgeStore
+from gateway.bridge.tenancy import usable_in
 from gateway.bridge.upstream import Upstreams
 from gateway.identity import Identity
 
@@ -52,17 +53,26 @@ class CallerScope:
 
     @property
     def session_key(self) -> str:
-        """Whose upstream sessions these are (F15): the user and org; for an anonymous caller its
-        credential's fingerprint, or with no credential at all (auth off) its own session on the
-        Bridge. Two callers told apart by any of these never share a key, so never a session."""
+        """Whose upstream sessions these are (F15): the user and org; for a caller without a user id
+        (an org-only credential, or anonymous) its credential's fingerprint, never the org alone
+        (G4), or with no credential at all (auth off) its own session on the Bridge. Two callers
+        told apart by any of these never share a key, so never a session."""
         identity = self.identity
         if identity.is_anonymous:
             return f"anonymous|{identity.credential_fp or ''}|{self.downstream_session or ''}"
-        return f"user|{identity.user_id or ''}|{identity.org_id or ''}"
+        if identity.user_id is None:
+            return f"credential|{identity.credential_fp or ''}|{identity.org_id or ''}"
+        return f"user|{identity.user_id}|{identity.org_id or ''}"
 
     @property
     def actor_id(self) -> str:
-        """The audit actor: the user id (escaped like its owner key), else the org, else `anonymous`."""
+        """The audit actor: the user id (escaped like its owner key), else the org, else `anonymous`.
+        A credential that names an org but no user is told apart from the org's other such
+        credentials by its fingerprint's first 12 hex digits (`org:acme#1f2e3d4c5b6a`), so records
+        say which credential acted and each lists only its own."""
+        identity = self.identity
+        if identity.user_id is None and identity.org_id is not None and identity.credential_fp:
+            return f"{self.owners[0]}#{identity.credential_fp[:12]}"
         return self.owners[0]
 
 
@@ -97,7 +107,7 @@ class Federation:
         if scope.bridge is None:
             return visible
         by_id = {c.id: c for c in visible}
-        return [by_id[c] for c in scope.bridge.connections if c in by_id]
+        return [by_id[c] for c in scope.bridge.connections if c in by_id and usable_in(scope.bridge, by_id[c])]
 
     def _admitted(self, conn: ConnectionRecord) -> bool:
         if conn.source != "api" or self._api_endpoint_allowed(conn.endpoint):

@@ -16,15 +16,19 @@ import mcp_types as types
 from prometheus_client import CollectorRegistry, Counter
 
 from gateway.bridge.audit import AuditWriter
-from gateway.bridge.audit_args import Scrub, is_mutating, reduce_args
+from gateway.bridge.audit_args import is_mutating, reduce_args
 from gateway.bridge.federation import CallerScope, Federation
+from gateway.bridge.gate import CallerGate
 from gateway.bridge.graph import Graph, Pipeline, is_tool_name, pipeline_input_schema
+from gateway.bridge.limits import BridgeLimits
 from gateway.bridge.records import AuditAction, AuditRecord
 from gateway.bridge.relay import Downstream
 from gateway.bridge.runner import PipelineFailed, PipelineRefused, plan_run, run_pipeline
+from gateway.bridge.sessions import caller_key
 from gateway.bridge.store import BridgeStore
 from gateway.bridge.upstream import UpstreamCallFailed, Upstreams
 from gateway.metrics import metric
+from gateway.secrets import SecretSet
 
 log = logging.getLogger("toolgate.bridge.handlers")
 
@@ -43,15 +47,20 @@ class BridgeHandlers:
         federation: Federation,
         upstreams: Upstreams,
         audit: AuditWriter,
-        scrub: Scrub,
+        secrets: SecretSet,
         registry: CollectorRegistry,
+        limits: BridgeLimits | None = None,
+        gate: CallerGate | None = None,
     ) -> None:
+        """`gate` bounds each caller's outbound operations (shared with the offerings, F13)."""
         self._calls = metric(registry, Counter, "toolgate_bridge_calls", "Bridge tools/call by action and status", ["action", "status"])
         self._store = store
         self._federation = federation
         self._upstreams = upstreams
         self._audit = audit
-        self._scrub = scrub
+        self._secrets = secrets
+        self._limits = limits or BridgeLimits()
+        self._gate = gate if gate is not None else CallerGate(self._limits.outboundPerCaller)
 
     async def graph(self, scope: CallerScope) -> Graph | None:
         """The saved graph of the scope's bridge (None on `/mcp` or before a graph is saved)."""
@@ -62,7 +71,19 @@ class BridgeHandlers:
 
     async def list_tools(self, scope: CallerScope) -> list[types.Tool]:
         """Federated tools, then the bridge's pipelines (listed under their `name`)."""
-        tools = await self._federation.tools(scope)
+        with self._gate.caller(caller_key(scope.identity)):  # bounds this caller's outbound sessions
+            return await self._list_tools(scope)
+
+    async def call_tool(
+        self, scope: CallerScope, name: str, arguments: dict[str, Any] | None, downstream: Downstream | None = None
+    ) -> types.CallToolResult:
+        """Call a pipeline or a federated tool; always returns a result and always audits. What the
+        connection of a federated tool sends meanwhile is relayed to `downstream` (F14)."""
+        with self._gate.caller(caller_key(scope.identity)):
+            return await self._call_tool(scope, name, arguments, downstream)
+
+    async def _list_tools(self, scope: CallerScope) -> list[types.Tool]:
+        tools = await self._federation.tools(scope)  # scrubbed of secrets where listed (Upstreams.catalog)
         graph = await self.graph(scope)
         if graph is None:
             return tools
@@ -75,24 +96,27 @@ class BridgeHandlers:
             )
         return tools
 
-    async def call_tool(
-        self, scope: CallerScope, name: str, arguments: dict[str, Any] | None, downstream: Downstream | None = None
+    async def _call_tool(
+        self, scope: CallerScope, name: str, arguments: dict[str, Any] | None, downstream: Downstream | None
     ) -> types.CallToolResult:
-        """Call a pipeline or a federated tool; always returns a result and always audits. What the
-        connection of a federated tool sends meanwhile is relayed to `downstream` (F14)."""
         started = time.perf_counter()
         action: AuditAction = "mcp.tool_call"
         mutating = is_mutating(name.partition("__")[2] or name)
         result = error_result(f"unknown tool: {name}")
+        extra: dict[str, Any] = {}
         try:
             graph = await self.graph(scope)
             pipeline = graph.pipeline_named(name) if graph is not None else None
             if graph is not None and pipeline is not None:
                 action = "mcp.pipeline_call"
                 mutating = _pipeline_mutates(graph, pipeline)
+                if scope.bridge is not None:  # whose graph ran with the caller's connections
+                    extra["$graph"] = {"savedBy": await self._store.graph_saved_by(scope.bridge.id)}
                 result = await self._call_pipeline(scope, graph, pipeline, arguments or {})
             else:
                 result = await self._call_federated(scope, name, arguments or {}, downstream)
+            # what a connection sends back may hold a secret (a server echoing its credential): B4
+            result = self._secrets.scrub_model(result)
             return result
         finally:
             status = "failure" if result.is_error else "success"
@@ -106,7 +130,7 @@ class BridgeHandlers:
                     resource=audit_resource(name),
                     scope=scope.name,
                     mutating=mutating,
-                    args=reduce_args(arguments, self._scrub),
+                    args={**reduce_args(arguments, self._secrets.scrub), **extra},
                     status=status,
                     duration_ms=(time.perf_counter() - started) * 1000,
                 )
@@ -118,7 +142,7 @@ class BridgeHandlers:
         try:
             resolved = await self._federation.resolve(scope, name)
         except UpstreamCallFailed as exc:
-            return error_result(f"tool {name} failed: {exc}")
+            return error_result(f"tool {name} failed: {exc.reason}")
         if resolved is None:
             return error_result(f"unknown tool: {name}")
         try:
@@ -126,7 +150,7 @@ class BridgeHandlers:
                 scope.session_key, resolved.connection, resolved.upstream_name, arguments, downstream
             )
         except UpstreamCallFailed as exc:
-            return error_result(f"tool {name} failed: {exc}")
+            return error_result(f"tool {name} failed: {exc.reason}")
         # The upstream's `_meta` (its server info, its own hints) is not the Bridge's to pass on.
         return result.model_copy(update={"meta": None})
 
@@ -146,7 +170,7 @@ class BridgeHandlers:
             return await self._upstreams.call_tool(conn, tool, args)
 
         try:
-            output = await run_pipeline(graph, plan, arguments, call)
+            output = await run_pipeline(graph, plan, arguments, call, self._limits)
         except PipelineFailed as exc:
             return error_result(str(exc))
         return types.CallToolResult(

@@ -7,7 +7,9 @@ prefix (`gh__README.md`). URIs are the resource's own
 identity (and what resource links in tool results point at), so they pass unchanged; a read goes to
 the connection that lists the URI, else to the one whose template matches it, else to the only
 connection offering resources. A URI or name two connections both claim is listed for neither.
-Reads, prompts and completions run on the caller's own pooled session (F15).
+Reads, prompts and completions run on the caller's own pooled session (F15). Listings and results
+are scrubbed of every secret the gateway holds (listings where they are fetched, `Upstreams.catalog`),
+and every outbound operation counts against the caller's outbound slots (gate.py).
 """
 
 from __future__ import annotations
@@ -25,13 +27,18 @@ from typing import Any, TypeVar
 import mcp
 import mcp_types as types
 from mcp import MCPError
+from pydantic import BaseModel
 
 from gateway.bridge.federation import CallerScope, Federation
+from gateway.bridge.gate import CallerGate
+from gateway.bridge.limits import BridgeLimits
 from gateway.bridge.naming import SEPARATOR, federated_name
 from gateway.bridge.records import ConnectionRecord
 from gateway.bridge.relay import Downstream
+from gateway.bridge.sessions import caller_key
 from gateway.bridge.upstream import Catalog, UpstreamCallFailed, Upstreams
 from gateway.mcp.connection import McpConnection
+from gateway.secrets import SecretSet
 
 log = logging.getLogger("toolgate.bridge.offerings")
 
@@ -86,27 +93,34 @@ def display_name(prefix: str, name: str) -> str:
 
 def _refused(exc: UpstreamCallFailed) -> MCPError:
     """An upstream failure as the JSON-RPC error the caller gets: the connection's own error when it
-    answered with one, else an internal error saying why (timeout, unreachable, ended)."""
+    answered with one, else an internal error saying why (timeout, unreachable, ended; for a
+    connection made through the REST API only that it could not be used)."""
     if exc.code is not None and exc.upstream_message is not None:
         return MCPError(exc.code, exc.upstream_message)
-    return MCPError(-32603, str(exc))
+    return MCPError(-32603, exc.reason)
 
 
 class Offerings:
     """Resources, templates, prompts and completions of a caller's connections (F13)."""
 
-    def __init__(self, federation: Federation, upstreams: Upstreams, ttl: float = 30.0) -> None:
+    def __init__(
+        self, federation: Federation, upstreams: Upstreams, ttl: float = 30.0, *,
+        secrets: SecretSet | None = None, gate: CallerGate | None = None,
+    ) -> None:
         self._federation = federation
         self._upstreams = upstreams
         self._ttl = ttl
+        self._secrets = secrets if secrets is not None else SecretSet()
+        self._gate = gate if gate is not None else CallerGate(BridgeLimits().outboundPerCaller)
         self._announced: OrderedDict[tuple[Any, ...], tuple[float, frozenset[str]]] = OrderedDict()
         """Capabilities per scope, kept like the listings (`toolListTtlSeconds`): every session-less
         request (each 2026-07-28 call) needs them, and a store query per call would cost."""
 
     async def catalogs(self, scope: CallerScope) -> list[tuple[ConnectionRecord, Catalog]]:
         """The catalogs of the scope's reachable connections (an unreachable one is logged and left out)."""
-        conns = await self._federation.connections(scope)
-        found = await asyncio.gather(*(self._upstreams.catalog(c) for c in conns), return_exceptions=True)
+        conns = await self._federation.connections(scope)  # the bridge's tenant rule applies (tenancy.py)
+        with self._gate.caller(caller_key(scope.identity)):
+            found = await asyncio.gather(*(self._upstreams.catalog(c) for c in conns), return_exceptions=True)
         out: list[tuple[ConnectionRecord, Catalog]] = []
         for conn, catalog in zip(conns, found, strict=True):
             if isinstance(catalog, BaseException):
@@ -258,7 +272,11 @@ class Offerings:
         self, scope: CallerScope, conn: ConnectionRecord, operation: Any, what: str, downstream: Downstream | None = None
     ) -> Any:
         try:
-            result = await self._upstreams.run_as(scope.session_key, conn, operation, what, downstream)
+            with self._gate.caller(caller_key(scope.identity)):
+                result = await self._upstreams.run_as(scope.session_key, conn, operation, what, downstream)
         except UpstreamCallFailed as exc:
             raise _refused(exc) from None
-        return result.model_copy(update={"meta": None}) if getattr(result, "meta", None) is not None else result
+        if getattr(result, "meta", None) is not None:
+            result = result.model_copy(update={"meta": None})
+        # what a connection sends back may hold a secret (a server echoing its credential): B4
+        return self._secrets.scrub_model(result) if isinstance(result, BaseModel) else result

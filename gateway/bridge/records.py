@@ -6,7 +6,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Source = Literal["config", "api"]
-AuditAction = Literal["mcp.tool_call", "mcp.pipeline_call"]
+AuditAction = Literal[
+    "mcp.tool_call", "mcp.pipeline_call",
+    "bridge.create", "bridge.delete", "bridge.graph_save", "connection.create", "connection.delete",
+]
 AuditStatus = Literal["success", "failure"]
 
 

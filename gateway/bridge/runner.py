@@ -11,12 +11,13 @@ import graphlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
 
-from gateway.bridge.graph import Graph, Node, Pipeline
+from gateway.bridge.graph import Edge, Graph, Node, Pipeline
+from gateway.bridge.limits import BridgeLimits, OverLimit, Size, measure, object_size
 
 log = logging.getLogger("toolgate.bridge.runner")
 
@@ -31,19 +32,23 @@ class PipelineRefused(Exception):
 
 
 class PipelineFailed(Exception):
-    """A node failed; the message is exactly `node <id> (<tool>) failed` (F11)."""
+    """A node failed; the message is `node <id> (<tool>) failed` (F11), followed by the reason when
+    the reason is the Bridge's own (a value over a bound), never a connection's words."""
 
-    def __init__(self, node: Node) -> None:
-        super().__init__(f"node {node.id} ({node.tool or node.kind}) failed")
+    def __init__(self, node: Node, reason: str | None = None) -> None:
+        text = f"node {node.id} ({node.tool or node.kind}) failed"
+        super().__init__(f"{text}: {reason}" if reason else text)
         self.node_id = node.id
 
 
 @dataclass(frozen=True)
 class RunPlan:
-    """The dependency waves of one pipeline: each wave's nodes run together."""
+    """The dependency waves of one pipeline (each wave's nodes run together) and, per node, the
+    edges arriving at it, in graph order."""
 
     pipeline: Pipeline
     waves: list[list[str]]
+    incoming: dict[str, list[Edge]] = field(default_factory=dict)
 
     @property
     def node_ids(self) -> list[str]:
@@ -53,16 +58,16 @@ class RunPlan:
 
 def plan_run(graph: Graph, pipeline: Pipeline, max_nodes: int = MAX_NODES_PER_RUN) -> RunPlan:
     """The nodes `pipeline.outputNode` depends on, grouped in topological waves (F9, F10)."""
-    incoming: dict[str, set[str]] = {n.id: set() for n in graph.nodes}
+    edges_in: dict[str, list[Edge]] = {n.id: [] for n in graph.nodes}
     for edge in graph.edges:
-        incoming.setdefault(edge.target.node, set()).add(edge.source.node)
+        edges_in.setdefault(edge.target.node, []).append(edge)
     needed: set[str] = set()
     stack = [pipeline.outputNode]
     while stack:
         node_id = stack.pop()
         if node_id not in needed:
             needed.add(node_id)
-            stack.extend(incoming.get(node_id, ()))
+            stack.extend(e.source.node for e in edges_in.get(node_id, ()))
     if len(needed) > max_nodes:
         raise PipelineRefused(f"pipeline {pipeline.name} needs {len(needed)} nodes; at most {max_nodes} run at once")
     nodes = graph.node_map()
@@ -74,42 +79,42 @@ def plan_run(graph: Graph, pipeline: Pipeline, max_nodes: int = MAX_NODES_PER_RU
         )
     sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter()
     for node_id in needed:
-        sorter.add(node_id, *(src for src in incoming.get(node_id, ()) if src in needed))
+        sorter.add(node_id, *(e.source.node for e in edges_in.get(node_id, ()) if e.source.node in needed))
     sorter.prepare()
     waves: list[list[str]] = []
     while sorter.is_active():
         wave = sorted(sorter.get_ready())
         waves.append(wave)
         sorter.done(*wave)
-    return RunPlan(pipeline, waves)
+    incoming = {n: [e for e in edges_in.get(n, []) if e.source.node in needed] for n in needed}
+    return RunPlan(pipeline, waves, incoming)
 
 
-async def run_pipeline(graph: Graph, plan: RunPlan, arguments: dict[str, Any], call: ToolCaller) -> dict[str, Any]:
-    """Run the plan; return the object of the output node's ports. Raises `PipelineFailed`."""
-    nodes = graph.node_map()
-    values: dict[str, Any] = {}
+async def run_pipeline(
+    graph: Graph, plan: RunPlan, arguments: dict[str, Any], call: ToolCaller, limits: BridgeLimits | None = None
+) -> dict[str, Any]:
+    """Run the plan; return the object of the output node's ports. Raises `PipelineFailed`, also
+    when a value passes `limits` (bytes or nesting): the run stops at the node that made it."""
+    values = _Values(graph.node_map(), plan, limits or BridgeLimits())
     for wave in plan.waves:
-        tool_nodes = [nodes[n] for n in wave if nodes[n].kind == "tool"]
+        tool_nodes = [values.nodes[n] for n in wave if values.nodes[n].kind == "tool"]
         for node_id in wave:
-            node = nodes[node_id]
+            node = values.nodes[node_id]
             if node.kind == "input" and node_id == plan.pipeline.inputNode:
                 ports = node.outputs or list(arguments)
-                values[node_id] = {p: arguments[p] for p in ports if p in arguments}
+                values.put_measured(node, {p: arguments[p] for p in ports if p in arguments})
             elif node.kind == "input":
-                values[node_id] = {}  # another pipeline's entry: the caller's arguments are not its to read
+                values.put_measured(node, {})  # another pipeline's entry: the caller's arguments are not its to read
             elif node.kind in ("merge", "output"):
-                values[node_id] = _inputs_of(graph, node_id, nodes, values)
+                values.put_object(node)
         if tool_nodes:
-            results = await _run_wave(graph, tool_nodes, nodes, values, call)
-            values.update(results)
-    return values[plan.pipeline.outputNode]
+            await _run_wave(tool_nodes, values, call)
+    return values.values[plan.pipeline.outputNode]
 
 
-async def _run_wave(
-    graph: Graph, wave: list[Node], nodes: dict[str, Node], values: dict[str, Any], call: ToolCaller
-) -> dict[str, Any]:
+async def _run_wave(wave: list[Node], values: "_Values", call: ToolCaller) -> None:
     async def one(node: Node) -> Any:
-        arguments = {**node.config, **_inputs_of(graph, node.id, nodes, values)}
+        arguments = values.arguments(node)
         try:
             result = await call(node.connectionId or "", node.tool or "", arguments)
         except Exception as exc:
@@ -125,24 +130,76 @@ async def _run_wave(
             tasks = {node.id: group.create_task(one(node)) for node in wave}
     except* PipelineFailed as failed:
         raise failed.exceptions[0] from None
-    return {node_id: task.result() for node_id, task in tasks.items()}
+    for node in wave:
+        values.put_measured(node, tasks[node.id].result())
 
 
-def _inputs_of(graph: Graph, node_id: str, nodes: dict[str, Node], values: dict[str, Any]) -> dict[str, Any]:
-    """The values arriving at a node's input ports; inputs that produce no value are left out."""
-    inputs: dict[str, Any] = {}
-    for edge in graph.edges:
-        if edge.target.node != node_id or edge.source.node not in values:
-            continue
-        source = nodes[edge.source.node]
-        produced = values[edge.source.node]
-        if source.kind == "tool" and not (isinstance(produced, dict) and edge.source.port in produced):
-            inputs[edge.target.port] = produced
-        elif source.kind == "merge":
-            inputs[edge.target.port] = produced
-        elif isinstance(produced, dict) and edge.source.port in produced:
-            inputs[edge.target.port] = produced[edge.source.port]
-    return inputs
+class _Values:
+    """The values the nodes of one run produced, with their sizes. Merge and output nodes hold
+    references to their inputs (nothing is copied) and are sized from their inputs' sizes."""
+
+    def __init__(self, nodes: dict[str, Node], plan: RunPlan, limits: BridgeLimits) -> None:
+        self.nodes = nodes
+        self._plan = plan
+        self._limits = limits
+        self.values: dict[str, Any] = {}
+        self._sizes: dict[str, Size] = {}
+        self._port_sizes: dict[tuple[str, str], Size] = {}
+
+    def put_measured(self, node: Node, value: Any) -> None:
+        """Keep a concrete value (arguments, a tool's result) after sizing it."""
+        try:
+            self._sizes[node.id] = measure(value, self._limits)
+        except OverLimit as exc:
+            raise PipelineFailed(node, str(exc)) from None
+        self.values[node.id] = value
+
+    def put_object(self, node: Node) -> None:
+        """A merge or output node: the object of its inputs."""
+        inputs, sizes = self._inputs(node)
+        try:
+            self._sizes[node.id] = object_size(sizes, self._limits)
+        except OverLimit as exc:
+            raise PipelineFailed(node, str(exc)) from None
+        self.values[node.id] = inputs
+
+    def arguments(self, node: Node) -> dict[str, Any]:
+        """A tool node's call arguments, `{...config, ...inputs}` (F10), within the bounds."""
+        inputs, sizes = self._inputs(node)
+        try:
+            config_sizes = {k: measure(v, self._limits) for k, v in node.config.items() if k not in inputs}
+            object_size({**config_sizes, **sizes}, self._limits)
+        except OverLimit as exc:
+            raise PipelineFailed(node, f"its arguments: {exc}") from None
+        return {**node.config, **inputs}
+
+    def _inputs(self, node: Node) -> tuple[dict[str, Any], dict[str, Size]]:
+        """The values arriving at a node's input ports; inputs that produce no value are left out."""
+        inputs: dict[str, Any] = {}
+        sizes: dict[str, Size] = {}
+        for edge in self._plan.incoming.get(node.id, ()):
+            source_id, port = edge.source.node, edge.source.port
+            if source_id not in self.values:
+                continue
+            source = self.nodes[source_id]
+            produced = self.values[source_id]
+            whole = source.kind == "merge" or (
+                source.kind == "tool" and not (isinstance(produced, dict) and port in produced)
+            )
+            if whole:
+                inputs[edge.target.port], sizes[edge.target.port] = produced, self._sizes[source_id]
+            elif isinstance(produced, dict) and port in produced:
+                inputs[edge.target.port] = produced[port]
+                sizes[edge.target.port] = self._port_size(source, port, produced[port])
+        return inputs, sizes
+
+    def _port_size(self, source: Node, port: str, value: Any) -> Size:
+        key = (source.id, port)
+        size = self._port_sizes.get(key)
+        if size is None:
+            # a part of a value already measured whole: within the bounds too
+            size = self._port_sizes[key] = measure(value, self._limits)
+        return size
 
 
 def result_value(result: types.CallToolResult) -> Any:

@@ -25,11 +25,13 @@ from gateway.bridge.audit_api import AuditApi
 from gateway.bridge.config import BridgeConfig
 from gateway.bridge.endpoint import McpEndpoint, build_manager, build_server
 from gateway.bridge.federation import Federation
+from gateway.bridge.gate import CallerGate
 from gateway.bridge.handlers import BridgeHandlers
 from gateway.bridge.offerings import Offerings
 from gateway.bridge.records import BridgeRecord, ConnectionRecord
 from gateway.bridge.store import BridgeStore, SqliteStore
 from gateway.bridge.upstream import Upstreams
+from gateway.egress import EgressPolicy
 from gateway.identity import Identity
 from gateway.secrets import SecretSet
 
@@ -59,21 +61,29 @@ class BridgeService:
         base_dir: pathlib.Path,
         secrets: SecretSet,
         store: BridgeStore | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         """`http` is the app's client for REST-side fetches; MCP sessions use the layer's own clients
         (gateway/mcp: session watch, no connection cap, one per credential)."""
         self.config = config
         self.store: BridgeStore = store if store is not None else SqliteStore(database_path(config, base_dir))
+        egress = egress if egress is not None else EgressPolicy(config.apiEndpointAllowPrivate)
         self.upstreams = Upstreams(
             base_dir=base_dir, secrets=secrets, list_ttl=config.toolListTtlSeconds,
-            idle_seconds=config.sessionIdleSeconds, registry=metrics,
+            idle_seconds=config.sessionIdleSeconds, registry=metrics, egress=egress,
         )
         self.audit = AuditWriter(self.store, queue_size=config.auditQueueSize, registry=metrics)
         federation = Federation(self.store, self.upstreams, config.api_endpoint_allowed)
-        self.handlers = BridgeHandlers(self.store, federation, self.upstreams, self.audit, secrets.scrub, metrics)
-        self.offerings = Offerings(federation, self.upstreams, ttl=config.toolListTtlSeconds)
-        self._endpoint = McpEndpoint(self.store, authenticate, self.offerings, scrub=secrets.scrub)
-        self._api = BridgeApi(self.store, self.upstreams, authenticate, config.api_endpoint_allowed, scrub=secrets.scrub)
+        gate = CallerGate(config.limits.outboundPerCaller)  # one caller's outbound slots, tools and offerings alike
+        self.handlers = BridgeHandlers(
+            self.store, federation, self.upstreams, self.audit, secrets, metrics, config.limits, gate
+        )
+        self.offerings = Offerings(federation, self.upstreams, ttl=config.toolListTtlSeconds, secrets=secrets, gate=gate)
+        self._endpoint = McpEndpoint(self.store, authenticate, self.offerings, scrub=secrets.scrub, limits=config.limits)
+        self._api = BridgeApi(
+            self.store, self.upstreams, authenticate, config.api_endpoint_allowed, scrub=secrets.scrub,
+            limits=config.limits, audit=self.audit, egress=egress,
+        )
         self._audit_api = AuditApi(self.store, authenticate, scrub=secrets.scrub)
         self._stack: contextlib.AsyncExitStack | None = None
 
@@ -86,7 +96,9 @@ class BridgeService:
         self.audit.start()
         stack.push_async_callback(self.audit.stop)
         stack.push_async_callback(self.upstreams.close)
-        manager = build_manager(build_server(self.handlers, self.offerings), self.config.allowedHosts)
+        manager = build_manager(
+            build_server(self.handlers, self.offerings), self.config.allowedHosts, self.config.limits.sessions
+        )
         await stack.enter_async_context(manager.run())
         self._endpoint.manager = manager
         self._stack = stack

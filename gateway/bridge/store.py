@@ -51,8 +51,9 @@ class BridgeStore(Protocol):
     async def get_bridge(self, bridge_id: str) -> BridgeRecord | None: ...
     async def list_bridges(self, owners: Sequence[str]) -> list[BridgeRecord]: ...
     async def delete_bridge(self, bridge_id: str) -> bool: ...
-    async def save_graph(self, bridge_id: str, graph: dict[str, Any], updated_at: float) -> None: ...
+    async def save_graph(self, bridge_id: str, graph: dict[str, Any], updated_at: float, saved_by: str | None = None) -> None: ...
     async def load_graph(self, bridge_id: str) -> dict[str, Any] | None: ...
+    async def graph_saved_by(self, bridge_id: str) -> str | None: ...
     async def append_audit(self, records: Sequence[AuditRecord]) -> None: ...
     async def query_audit(self, query: AuditQuery) -> list[AuditRecord]: ...
 
@@ -73,9 +74,8 @@ class SqliteStore:
         def create(db: sqlite3.Connection) -> None:
             db.execute("PRAGMA journal_mode=WAL").fetchall()  # an unread row would keep a statement open
             db.executescript(_SCHEMA)
-            columns = {row[1] for row in db.execute("PRAGMA table_info(connections)").fetchall()}
-            if "prefix" not in columns:  # a store made before connections had a name prefix (F15)
-                db.execute("ALTER TABLE connections ADD COLUMN prefix TEXT")
+            _add_column(db, "connections", "prefix", "TEXT")  # a store made before connections had a name prefix (F15)
+            _add_column(db, "graphs", "saved_by", "TEXT")  # a store made before graphs recorded their editor
 
         await self._run(create)
 
@@ -152,10 +152,17 @@ class SqliteStore:
 
         return await self._run(delete) > 0
 
-    async def save_graph(self, bridge_id: str, graph: dict[str, Any], updated_at: float) -> None:
-        """Replace a bridge's graph (validated by the caller)."""
-        row = (bridge_id, json.dumps(graph), updated_at)
-        await self._run(lambda db: db.execute("INSERT OR REPLACE INTO graphs VALUES (?, ?, ?)", row))
+    async def save_graph(self, bridge_id: str, graph: dict[str, Any], updated_at: float, saved_by: str | None = None) -> None:
+        """Replace a bridge's graph (validated by the caller); `saved_by` is the editor's actor id."""
+        row = (bridge_id, json.dumps(graph), updated_at, saved_by)
+        sql = "INSERT OR REPLACE INTO graphs (bridge_id, graph, updated_at, saved_by) VALUES (?, ?, ?, ?)"
+        await self._run(lambda db: db.execute(sql, row))
+
+    async def graph_saved_by(self, bridge_id: str) -> str | None:
+        """The actor id of whoever saved the bridge's graph last (None before a save, or unrecorded)."""
+        sql = "SELECT saved_by FROM graphs WHERE bridge_id = ?"
+        rows = await self._run(lambda db: db.execute(sql, (bridge_id,)).fetchall())
+        return rows[0][0] if rows else None
 
     async def load_graph(self, bridge_id: str) -> dict[str, Any] | None:
         """A bridge's graph as saved, or None."""
@@ -196,6 +203,13 @@ class SqliteStore:
         params.append(query.limit)
         rows = await self._run(lambda db: db.execute(sql, tuple(params)).fetchall())
         return [_audit(row) for row in rows]
+
+
+def _add_column(db: sqlite3.Connection, table: str, column: str, kind: str) -> None:
+    """Add `column` to a table of a store made before it existed (no-op when it is there)."""
+    columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})").fetchall()}
+    if column not in columns:
+        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
 
 def _bridge(row: tuple[Any, ...]) -> BridgeRecord:

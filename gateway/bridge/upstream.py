@@ -26,8 +26,10 @@ import mcp_types as types
 from mcp import MCPError
 from prometheus_client import CollectorRegistry
 
+from gateway.bridge.gate import outbound
 from gateway.bridge.records import ConnectionRecord
 from gateway.bridge.relay import Downstream, Relay
+from gateway.egress import UNUSABLE, EgressPolicy
 from gateway.mcp.connection import ClientFactory, McpConnection, Operation
 from gateway.mcp.errors import CallTimeout, describe, session_ended
 from gateway.mcp.metrics import PoolMetrics
@@ -50,11 +52,21 @@ class UpstreamCallFailed(Exception):
     """A connection could not be reached, timed out, or refused; the message names no secret.
     `code` is the JSON-RPC error code the connection answered with, when it answered with one."""
 
-    def __init__(self, message: str, code: int | None = None, upstream_message: str | None = None) -> None:
+    def __init__(
+        self, message: str, code: int | None = None, upstream_message: str | None = None, *, guarded: bool = False
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.upstream_message = upstream_message
         """The connection's own error text (scrubbed), to relay as it is."""
+        self.guarded = guarded
+        """The connection was made through the REST API: a caller learns only `UNUSABLE` unless the
+        connection itself answered with a JSON-RPC error (no port or service oracle, SSRF)."""
+
+    @property
+    def reason(self) -> str:
+        """Why the call failed, as its caller may read it."""
+        return UNUSABLE if self.guarded and self.code is None else str(self)
 
 
 @dataclass(frozen=True)
@@ -101,14 +113,16 @@ class Upstreams:
         timeout: float = CALL_TIMEOUT_SECONDS,
         idle_seconds: float = SESSION_IDLE_SECONDS,
         registry: CollectorRegistry | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
+        """`egress` admits connections made through the REST API (default: no internal address)."""
         self._base_dir = base_dir
         self._secrets = secrets
         self._list_ttl = list_ttl
         self.timeout = timeout
         self._idle = idle_seconds
         self._metrics = PoolMetrics(registry if registry is not None else CollectorRegistry(), "bridge")
-        self.clients = McpClients(MAX_ANSWER_BYTES)
+        self.clients = McpClients(MAX_ANSWER_BYTES, egress)
         self._targets: dict[str, tuple[ConnectionRecord, McpTarget]] = {}
         self._pools: dict[str, tuple[McpTarget, SessionPool]] = {}
         self._catalogs: dict[str, tuple[float, McpTarget, Catalog]] = {}
@@ -145,12 +159,13 @@ class Upstreams:
         if known is not None:
             self.forget(conn.id)
         auth = None
+        guarded = conn.source == "api"  # a caller's endpoint: admitted on every connect (SSRF, egress.py)
         if conn.auth_header_name and conn.auth_secret:
             try:
                 auth = (conn.auth_header_name, resolve_secret(conn.auth_secret, self._base_dir, self._secrets))
             except Exception:  # a missing variable or file: the call fails, the reference is not shown
-                raise UpstreamCallFailed(f"connection {conn.id}: its credential could not be resolved") from None
-        target = McpTarget(label=conn.id, endpoint=conn.endpoint, auth_header=auth, timeout=self.timeout)
+                raise UpstreamCallFailed(f"connection {conn.id}: its credential could not be resolved", guarded=guarded) from None
+        target = McpTarget(label=conn.id, endpoint=conn.endpoint, auth_header=auth, timeout=self.timeout, guarded=guarded)
         self._targets[conn.id] = (conn, target)
         return target
 
@@ -160,15 +175,23 @@ class Upstreams:
         return pooled[1].size if pooled is not None else 0
 
     async def catalog(self, conn: ConnectionRecord) -> Catalog:
-        """What the connection offers, reused for `toolListTtlSeconds`."""
+        """What the connection offers, reused for `toolListTtlSeconds`; scrubbed of every secret the
+        gateway holds (a server may echo its credential in a description)."""
         target = self.target(conn)
         cached = self._catalogs.get(conn.id)
         now = time.monotonic()
         if cached is not None and cached[1] is target and now - cached[0] < self._list_ttl:
             return cached[2]
-        catalog = await self._fresh(target, fetch_catalog, f"list {conn.id}")
+        catalog = self._scrubbed(await self._fresh(target, fetch_catalog, f"list {conn.id}"))
         self._catalogs[conn.id] = (now, target, catalog)
         return catalog
+
+    def _scrubbed(self, catalog: Catalog) -> Catalog:
+        scrub = self._secrets.scrub_model
+        return Catalog(
+            scrub(catalog.capabilities), [scrub(t) for t in catalog.tools], [scrub(p) for p in catalog.prompts],
+            [scrub(r) for r in catalog.resources], [scrub(t) for t in catalog.templates],
+        )
 
     async def list_tools(self, conn: ConnectionRecord) -> list[types.Tool]:
         """The connection's tools, reused for `toolListTtlSeconds`."""
@@ -193,14 +216,17 @@ class Upstreams:
     async def run_as(
         self, caller: str, conn: ConnectionRecord, operation: Operation[T], what: str, downstream: Downstream | None = None
     ) -> T:
-        """Run `operation` on the caller's own pooled session of `conn` (F15); raises `UpstreamCallFailed`."""
-        pool = self._pool(conn.id, self.target(conn))
+        """Run `operation` on the caller's own pooled session of `conn` (F15), within one of the
+        caller's outbound slots (gate.py); raises `UpstreamCallFailed`. Opening or replacing the
+        session admits a REST-made connection's endpoint again (`McpClients.session`, SSRF)."""
+        target = self.target(conn)
+        pool = self._pool(conn.id, target)
         relay = self._relay(conn.id, caller)
         try:
             with relay.serving(downstream):
-                return await pool.run(caller, "", operation)
+                return await outbound(pool.run(caller, "", operation))
         except Exception as exc:
-            raise self._failure(what, exc) from exc
+            raise self._failure(target, what, exc) from exc
 
     def _relay(self, connection_id: str, caller: str) -> Relay:
         relay = self._relays.get((connection_id, caller))
@@ -233,23 +259,29 @@ class Upstreams:
         return pool
 
     async def _fresh(self, target: McpTarget, operation: Operation[T], what: str) -> T:
-        """Open a session, run one operation, close the session after answering."""
+        """Open a session, run one operation, close the session after answering; all within one of
+        the caller's outbound slots (gate.py)."""
         connection = McpConnection(self.clients.factory(target), f"{target.label}/once")
-        try:
+
+        async def once() -> T:
             await connection.open(self.timeout)
             return await connection.run(operation, self.timeout)
+
+        try:
+            return await outbound(once())
         except Exception as exc:
-            raise self._failure(what, exc) from exc
+            raise self._failure(target, what, exc) from exc
         finally:
             self._in_background(connection.close(min(self.timeout, 10.0)))
 
-    def _failure(self, what: str, exc: BaseException) -> UpstreamCallFailed:
+    def _failure(self, target: McpTarget, what: str, exc: BaseException) -> UpstreamCallFailed:
+        guarded = target.guarded
         if isinstance(exc, CallTimeout):
-            return UpstreamCallFailed(f"{what}: timed out after {self.timeout:g}s")
+            return UpstreamCallFailed(f"{what}: timed out after {self.timeout:g}s", guarded=guarded)
         if isinstance(exc, MCPError) and not session_ended(exc):
             relayed = self._secrets.scrub(exc.message[:500])
-            return UpstreamCallFailed(f"{what}: {self._secrets.scrub(describe(exc))}", exc.code, relayed)
-        return UpstreamCallFailed(f"{what}: {self._secrets.scrub(describe(exc))}")
+            return UpstreamCallFailed(f"{what}: {self._secrets.scrub(describe(exc))}", exc.code, relayed, guarded=guarded)
+        return UpstreamCallFailed(f"{what}: {self._secrets.scrub(describe(exc))}", guarded=guarded)
 
     def _in_background(self, closing: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(closing)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import graphlib
+import json
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gateway.bridge.graph import TOOL_NAME, Graph, is_tool_name
+from gateway.bridge.limits import BridgeLimits
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,12 @@ class GraphInvalid(ValueError):
         self.problems = problems
 
 
-def parse_graph(data: Any) -> Graph:
-    """Validate `data` (parsed JSON) and return the graph, or raise `GraphInvalid`."""
+def parse_graph(data: Any, limits: BridgeLimits | None = None) -> Graph:
+    """Validate `data` (parsed JSON) and return the graph, or raise `GraphInvalid`. A graph past
+    `limits` (bytes, nodes, edges, ports per node) is refused before anything else is read."""
+    too_large = size_problems(data, limits or BridgeLimits())
+    if too_large:
+        raise GraphInvalid(too_large)
     try:
         graph = Graph.model_validate(data)
     except ValidationError as exc:
@@ -47,6 +53,37 @@ def parse_graph(data: Any) -> Graph:
     if problems:
         raise GraphInvalid(problems)
     return graph
+
+
+def size_problems(data: Any, limits: BridgeLimits) -> list[GraphProblem]:
+    """The bounds of `bridge.limits` a raw graph passes (cheap checks first: counts, then bytes)."""
+    if not isinstance(data, dict):
+        return []
+    problems: list[GraphProblem] = []
+    for key, bound in (("nodes", limits.graphNodes), ("edges", limits.graphEdges)):
+        items = data.get(key)
+        if isinstance(items, list) and len(items) > bound:
+            problems.append(GraphProblem("too large", (key,), f"too large: {len(items)} {key}; at most {bound}"))
+    nodes = data.get("nodes")
+    crowded = [
+        str(n.get("id"))
+        for n in (nodes if isinstance(nodes, list) else [])[: limits.graphNodes]
+        if isinstance(n, dict)
+        and any(isinstance(n.get(k), list) and len(n[k]) > limits.portsPerNode for k in ("inputs", "outputs"))
+    ]
+    if crowded:
+        problems.append(
+            GraphProblem("too large", tuple(crowded), f"too large: node(s) {', '.join(crowded[:10])} have more than "
+                         f"{limits.portsPerNode} input or output ports")
+        )
+    if not problems:
+        try:
+            size = len(json.dumps(data, ensure_ascii=False, default=str).encode("utf-8"))
+        except (RecursionError, ValueError):
+            size = limits.graphBytes + 1
+        if size > limits.graphBytes:
+            problems.append(GraphProblem("too large", ("(graph)",), f"too large: the graph is over {limits.graphBytes} bytes"))
+    return problems
 
 
 def graph_problems(graph: Graph) -> list[GraphProblem]:

@@ -6,6 +6,11 @@ mode and the call bound. `McpClients` holds what sessions share: one `httpx2` cl
 header (creating one costs ~25 ms), the discovery cache (a server's `server/discover` answer, or
 the fact that it only speaks the handshake generation, so no later session probes again), and the
 response hook that notices a server ending a session with a bare HTTP status (`SessionWatch`).
+
+A `guarded` target is an endpoint a caller chose (a connection made through the REST API): every
+session to it (a first one, a replacement, a pipeline node's) is admitted by the egress policy
+first, and it is reached only through clients whose sockets open to checked addresses (SSRF,
+gateway/egress.py).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import mcp_types as types
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from gateway.egress import DestinationRefused, EgressPolicy
 from gateway.mcp.errors import SESSION_ENDED
 
 PYTHON_NAMES = frozenset({"python", "python3"})
@@ -71,6 +77,8 @@ class McpTarget:
     auth_header: tuple[str, str] | None = field(default=None, repr=False)
     protocol: Protocol = "auto"
     timeout: float = 30.0
+    guarded: bool = False
+    """An endpoint a caller chose: admitted on every connect, reached through guarded clients only (SSRF)."""
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -114,13 +122,16 @@ async def _watch_response(response: httpx2.Response) -> None:
         watch.ended, watch.status = True, status
 
 
-def mcp_http_client(headers: dict[str, str] | None = None) -> httpx2.AsyncClient:
-    """An `httpx2` client for MCP servers: long reads (event streams), no connection cap, the session watch."""
+def mcp_http_client(headers: dict[str, str] | None = None, egress: EgressPolicy | None = None) -> httpx2.AsyncClient:
+    """An `httpx2` client for MCP servers: long reads (event streams), no connection cap, the session
+    watch; with `egress`, on its guarded transport (no proxy from the environment either)."""
+    guarded: dict[str, Any] = {"transport": egress.transport(MCP_LIMITS), "trust_env": False} if egress is not None else {}
     return httpx2.AsyncClient(
         headers=headers or {},
         timeout=httpx2.Timeout(30, read=300),
         limits=MCP_LIMITS,
         event_hooks={"response": [_watch_response]},
+        **guarded,
     )
 
 
@@ -137,19 +148,21 @@ ClientOptions = dict[str, Any]
 
 
 class McpClients:
-    """HTTP clients by auth header and the discovery cache, shared by every session of an owner."""
+    """HTTP clients by auth header and the discovery cache, shared by every session of an owner.
+    `egress` admits guarded targets (by default: no loopback, private or link-local address)."""
 
-    def __init__(self, max_sse_event_bytes: int = MAX_SSE_EVENT_BYTES) -> None:
+    def __init__(self, max_sse_event_bytes: int = MAX_SSE_EVENT_BYTES, egress: EgressPolicy | None = None) -> None:
         self.max_sse_event_bytes = max_sse_event_bytes
-        self._http: dict[tuple[str, str] | None, httpx2.AsyncClient] = {}
+        self.egress = egress if egress is not None else EgressPolicy()
+        self._http: dict[tuple[tuple[str, str] | None, bool], httpx2.AsyncClient] = {}
         self._discovered: dict[tuple[Any, ...], Discovered] = {}
 
-    def http(self, auth_header: tuple[str, str] | None) -> httpx2.AsyncClient:
-        """The client sending `auth_header` (or none), created on first use."""
-        client = self._http.get(auth_header)
+    def http(self, auth_header: tuple[str, str] | None, guarded: bool = False) -> httpx2.AsyncClient:
+        """The client sending `auth_header` (or none), guarded or not, created on first use."""
+        client = self._http.get((auth_header, guarded))
         if client is None:
-            client = mcp_http_client(dict([auth_header]) if auth_header else None)
-            self._http[auth_header] = client
+            client = mcp_http_client(dict([auth_header]) if auth_header else None, self.egress if guarded else None)
+            self._http[(auth_header, guarded)] = client
         return client
 
     def discovered(self, target: McpTarget) -> Discovered | None:
@@ -167,13 +180,19 @@ class McpClients:
     @contextlib.asynccontextmanager
     async def session(self, target: McpTarget, options: ClientOptions | None = None) -> AsyncIterator[mcp.Client]:
         """An open `mcp.Client` for `target`; the first session of a target probes the protocol
-        (`mode="auto"`), later ones reuse what it found. A failure forgets it."""
+        (`mode="auto"`), later ones reuse what it found. A failure forgets it. A guarded target is
+        admitted first, every time (`DestinationRefused`)."""
+        if target.guarded:  # SSRF: on every connect, a replacement session's too (names may resolve anew)
+            if target.endpoint is None or target.command is not None:
+                raise DestinationRefused()
+            await self.egress.admit(target.endpoint)
         if target.command is not None:
             transport: Any = stdio_parameters(target.command, target.cwd)
         else:
             assert target.endpoint is not None
             transport = streamable_http_client(
-                target.endpoint, http_client=self.http(target.auth_header), max_sse_event_size=self.max_sse_event_bytes
+                target.endpoint, http_client=self.http(target.auth_header, target.guarded),
+                max_sse_event_size=self.max_sse_event_bytes,
             )
         known = self._discovered.get(target.key)
         mode: str = target.protocol if known is None else known.mode

@@ -10,7 +10,7 @@ from gateway.mcp.errors import describe
 from gateway.mcp.pool import SessionPool
 from gateway.mcp.target import MAX_SSE_EVENT_BYTES, McpClients, McpTarget
 from gateway.plugins import ChatRequest, Plugin, PluginContext, PluginEnv, ToolResult, ToolSpec
-from gateway.secrets import resolve_secret
+from gateway.secrets import SecretSet, resolve_secret
 from plugins.mcp_bridge.config import McpBridgeConfig
 from plugins.mcp_bridge.content import tool_result_text
 from plugins.mcp_bridge.injection import inject
@@ -41,6 +41,7 @@ class McpBridgePlugin(Plugin):
         self._allowed = frozenset(config.toolFilter)
         self._secret: str | None = None
         self._redact: tuple[str, ...] = ()
+        self._secrets: SecretSet | None = None
         self._clients: McpClients | None = None
         self._pool: SessionPool | None = None
         self._metrics: BridgeMetrics | None = None
@@ -51,6 +52,7 @@ class McpBridgePlugin(Plugin):
     async def start(self, env: PluginEnv) -> None:
         """Resolve the secret, open the shared HTTP client, start the pool and its metrics."""
         base_dir = env.base_dir
+        self._secrets = env.secrets
         if self.config.authSecret is not None:
             self._secret = resolve_secret(self.config.authSecret, base_dir, env.secrets)
             self._redact = secret_forms(self._secret)
@@ -111,7 +113,8 @@ class McpBridgePlugin(Plugin):
         for form in self._redact:
             if form in text:
                 text = text.replace(form, "[redacted]")
-        return text
+        # every secret the gateway holds, in its encoded forms too (base64, hex, URL-encoded, ...)
+        return self._secrets.scrub(text) if self._secrets is not None else text
 
     def allows(self, name: str) -> bool:
         """Whether `toolFilter` grants `name` (an empty filter grants every tool) (B3)."""

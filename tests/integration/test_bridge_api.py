@@ -25,6 +25,7 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     config = BridgeConfig.model_validate(
         {
             "database": "api.db",
+            "apiEndpointAllowPrivate": ["127.0.0.0/8"],  # connections made below point at loopback
             "connections": [
                 {"id": "tools", "owner": "alice", "endpoint": "http://127.0.0.1:9/mcp", **canary.connection_auth()},
                 {"id": "bobs", "owner": "bob", "endpoint": "http://127.0.0.1:9/mcp", **canary.connection_auth()},

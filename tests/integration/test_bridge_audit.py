@@ -78,6 +78,7 @@ async def test_every_call_leaves_one_record_and_listing_leaves_none(world: World
     # R: F4
     async with mcp_http("alice-key") as http:
         assert (await http.put(f"{world.url}/bridges/pipes/graph", json=fan_in_graph())).status_code == 200
+    await world.flushed()  # the save's own record (bridge.graph_save) is written before counting
     before = len(await audit(world))
     async with client(world, "/mcp/pipes", mode=mode) as alice:
         await alice.list_tools()
@@ -94,7 +95,7 @@ async def test_every_call_leaves_one_record_and_listing_leaves_none(world: World
         ("mcp.tool_call", "tools__echo", "success", "bridge:pipes"),
     ]
     assert records[1]["actor"] == {"id": "alice", "email": "alice@acme.test"}
-    assert records[1]["args"] == {"query": "repo-x"}
+    assert records[1]["args"] == {"query": "repo-x", "$graph": {"savedBy": "alice"}}
 
 
 async def test_a_token_and_free_text_are_stored_only_as_type_and_length(world: World) -> None:

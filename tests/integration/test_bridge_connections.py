@@ -64,7 +64,7 @@ async def test_a_tool_call_that_outlives_the_timeout_fails_as_timed_out() -> Non
     with serve(tool_server(log, delay=5)) as server:
         upstreams = Upstreams(base_dir=Path("."), secrets=SecretSet(), list_ttl=30, timeout=0.3)
         try:
-            conn = ConnectionRecord("slow", "alice", f"{server.url}/mcp")
+            conn = ConnectionRecord("slow", "alice", f"{server.url}/mcp", source="config")
             with pytest.raises(UpstreamCallFailed, match=r"^call slow_a on slow: timed out after 0.3s$"):
                 await upstreams.call_tool(conn, "slow_a", {"query": "q"})
             result = await upstreams.call_tool(conn, "echo", {"text": "still fine"})
@@ -79,7 +79,7 @@ async def test_a_tool_whose_server_wants_mcp_param_headers_is_called_after_listi
     with serve(tool_server(log, delay=0)) as server:
         upstreams = Upstreams(base_dir=Path("."), secrets=SecretSet(), list_ttl=30)
         try:
-            conn = ConnectionRecord("hdr", "alice", f"{server.url}/mcp")
+            conn = ConnectionRecord("hdr", "alice", f"{server.url}/mcp", source="config")
             results = [await upstreams.call_tool(conn, "regional", {"region": "eu"}) for _ in range(2)]
         finally:
             await upstreams.close()

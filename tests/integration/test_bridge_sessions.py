@@ -29,7 +29,7 @@ async def test_a_callers_federated_calls_share_one_upstream_session_that_no_othe
     state = McpServerState()
     with serve(http_app(state, legacy_only=True)) as server:
         upstreams = Upstreams(base_dir=tmp_path, secrets=SecretSet(), list_ttl=30)
-        conn = ConnectionRecord("shared", "org:acme", f"{server.url}/mcp")
+        conn = ConnectionRecord("shared", "org:acme", f"{server.url}/mcp", source="config")
         try:
             alice = [texts(await upstreams.call_tool_as("alice", conn, "count", {})) for _ in range(3)]
             bob = texts(await upstreams.call_tool_as("bob", conn, "count", {}))
@@ -107,7 +107,8 @@ async def test_a_connection_with_the_empty_prefix_lists_its_tools_under_their_ow
     state = McpServerState()
     with serve(http_app(state)) as server:
         config = BridgeConfig.model_validate(
-            {"database": "p.db", "connections": [{"id": "plain", "owner": "alice", "endpoint": f"{server.url}/mcp", "prefix": ""}]}
+            {"database": "p.db", "apiEndpointAllowPrivate": ["127.0.0.0/8"],  # connections made below point at loopback
+             "connections": [{"id": "plain", "owner": "alice", "endpoint": f"{server.url}/mcp", "prefix": ""}]}
         )
         app = bridge_app(config, tmp_path)
         with serve(app.app) as bridge:
@@ -155,8 +156,8 @@ async def test_an_upstreams_cache_is_dropped_when_its_connection_changes(tmp_pat
     with serve(http_app(first)) as one, serve(http_app(second)) as two:
         upstreams = Upstreams(base_dir=tmp_path, secrets=SecretSet(), list_ttl=30)
         try:
-            await upstreams.call_tool_as("alice", ConnectionRecord("c", "alice", f"{one.url}/mcp"), "echo", {"to": 1})
-            await upstreams.call_tool_as("alice", ConnectionRecord("c", "alice", f"{two.url}/mcp"), "echo", {"to": 2})
+            await upstreams.call_tool_as("alice", ConnectionRecord("c", "alice", f"{one.url}/mcp", source="config"), "echo", {"to": 1})
+            await upstreams.call_tool_as("alice", ConnectionRecord("c", "alice", f"{two.url}/mcp", source="config"), "echo", {"to": 2})
         finally:
             await upstreams.close()
     assert (first.arguments, second.arguments) == ([{"to": 1}], [{"to": 2}])

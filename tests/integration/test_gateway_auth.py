@@ -55,8 +55,9 @@ def test_api_keys_from_env_or_hash_are_accepted_and_others_get_401(upstream: Scr
 
 def test_jwt_is_verified_and_its_claims_become_the_identity() -> None:
     # R: G3, G8
-    auth = Authenticator(AuthConfig(mode="jwt", jwt={"secret": canary.JWT_SECRET_REF, "audience": "toolgate"}), __import__("pathlib").Path("."), SecretSet())
-    claims = {"sub": "u1", "org_id": "o1", "name": "Una", "email": "u@o.test", "aud": "toolgate", "exp": int(time.time()) + 60}
+    auth = Authenticator(AuthConfig(mode="jwt", jwt={"secret": canary.JWT_SECRET_REF, "audience": "toolgate", "issuer": "https://idp.test"}), __import__("pathlib").Path("."), SecretSet())
+    claims = {"sub": "u1", "org_id": "o1", "name": "Una", "email": "u@o.test", "aud": "toolgate", "iss": "https://idp.test",
+              "exp": int(time.time()) + 60}
     token = jwt.encode(claims, JWT_SECRET, algorithm="HS256")
     identity = auth.authenticate(f"Bearer {token}")
     assert (identity.user_id, identity.org_id, identity.display_name, identity.email) == ("u1", "o1", "Una", "u@o.test")
@@ -114,12 +115,13 @@ def test_jwt_signed_with_a_key_from_the_jwks_url_is_accepted(upstream: ScriptedU
     jwk = _json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
     jwks = {"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}
     app = Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse(jwks))])
-    claims = {"sub": "carol", "org_id": "acme", "exp": int(time.time()) + 60}
+    claims = {"sub": "carol", "org_id": "acme", "exp": int(time.time()) + 60, "aud": "toolgate", "iss": "https://idp.test"}
     good = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
     other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     forged = jwt.encode(claims, other, algorithm="RS256", headers={"kid": "k1"})
     with serve(app) as keys:
-        config = simple_config(upstream.url, auth={"mode": "jwt", "jwt": {"jwks_url": keys.url + "/jwks.json", "algorithms": ["RS256"]}})
+        config = simple_config(upstream.url, auth={"mode": "jwt", "jwt": {"jwks_url": keys.url + "/jwks.json", "algorithms": ["RS256"],
+                                                                    "audience": "toolgate", "issuer": "https://idp.test"}})
         with running_gateway(config) as gw:
             assert client(gw, good).chat.completions.create(model="assistant", messages=USER).choices
             with pytest.raises(openai.AuthenticationError) as caught:
@@ -139,9 +141,10 @@ def test_jwt_whose_alg_names_another_key_family_gets_401_not_500(monkeypatch: py
     private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pem = private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
     monkeypatch.setenv("JWT_PUBLIC", pem)
-    by_secret = Authenticator(AuthConfig(mode="jwt", jwt={"secret": canary.JWT_SECRET_REF}), Path("."), SecretSet())
-    by_public = Authenticator(AuthConfig(mode="jwt", jwt={"public_key": "env:JWT_PUBLIC"}), Path("."), SecretSet())
-    claims = {"sub": "u1", "exp": int(time.time()) + 60}
+    bound = {"audience": "toolgate", "issuer": "https://idp.test"}
+    by_secret = Authenticator(AuthConfig(mode="jwt", jwt={"secret": canary.JWT_SECRET_REF, **bound}), Path("."), SecretSet())
+    by_public = Authenticator(AuthConfig(mode="jwt", jwt={"public_key": "env:JWT_PUBLIC", **bound}), Path("."), SecretSet())
+    claims = {"sub": "u1", "exp": int(time.time()) + 60, "aud": "toolgate", "iss": "https://idp.test"}
 
     def forged(alg: str) -> str:
         part = lambda d: base64.urlsafe_b64encode(_json.dumps(d).encode()).rstrip(b"=").decode()  # noqa: E731

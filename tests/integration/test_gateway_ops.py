@@ -275,7 +275,7 @@ def test_the_canary_check_fails_a_secret_that_is_missing_wrong_or_sent_to_the_wr
     async def forwarded_api_key(url: str) -> None:
         upstreams = Upstreams(base_dir=Path("."), secrets=SecretSet(), list_ttl=30)
         try:
-            await upstreams.call_tool(ConnectionRecord("c", "alice", url, "Authorization", canary.ALICE_KEY_REF), "echo", {"text": "x"})
+            await upstreams.call_tool(ConnectionRecord("c", "alice", url, "Authorization", canary.ALICE_KEY_REF, "config"), "echo", {"text": "x"})
         finally:
             await upstreams.close()
 

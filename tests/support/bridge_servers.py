@@ -34,6 +34,7 @@ from starlette.requests import Request
 from gateway.bridge.config import BridgeConfig
 from gateway.bridge.service import BridgeService
 from gateway.bridge.store import BridgeStore
+from gateway.egress import EgressPolicy
 from gateway.errors import Unauthorized
 from gateway.identity import Identity
 from gateway.secrets import SecretSet
@@ -168,14 +169,15 @@ async def anonymous(request: Request) -> Identity:
 
 def bridge_app(
     config: BridgeConfig, base_dir: Path, *, store: BridgeStore | None = None,
-    authenticate: Callable[[Request], Awaitable[Identity]] = authenticate_by_key,
+    authenticate: Callable[[Request], Awaitable[Identity]] = authenticate_by_key, egress: EgressPolicy | None = None,
 ) -> BridgeApp:
-    """A Starlette app serving the Bridge's routes, its lifespan starting and stopping the service."""
+    """A Starlette app serving the Bridge's routes, its lifespan starting and stopping the service
+    (`authenticate`: the API keys of `KEYS` unless a test brings its own callers)."""
     registry = CollectorRegistry()
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300))
     service = BridgeService(
         config, authenticate=authenticate, http=http, metrics=registry, base_dir=base_dir,
-        secrets=SecretSet(), store=store,
+        secrets=SecretSet(), store=store, egress=egress,
     )
 
     @contextlib.asynccontextmanager
