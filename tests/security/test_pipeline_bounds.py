@@ -15,14 +15,12 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway.bridge.config import BridgeConfig
 from gateway.bridge.graph import Graph
 from gateway.bridge.limits import BridgeLimits
 from gateway.bridge.runner import PipelineFailed, plan_run, run_pipeline
 from gateway.bridge.validation import GraphInvalid, parse_graph
-from tests.support import canary
-from tests.support.bridge_servers import CallLog, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node, tool_server
-from tests.support.http_server import ServerThread, serve
+from tests.support.bridge_servers import CallLog, bridge_over, edge, graph, mcp_http, node, pipeline, tool_node, tool_server
+from tests.support.http_server import ServerThread
 
 
 def doubling_chain(levels: int) -> dict[str, Any]:
@@ -116,14 +114,9 @@ def test_a_graph_past_the_size_bounds_is_refused_naming_the_bound(change: Any, m
 
 @pytest.fixture(scope="module")
 def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
-    with serve(tool_server(CallLog(), delay=0)) as tools:
-        config = BridgeConfig.model_validate({
-            "database": "bridge.db",
-            "connections": [{"id": "tools", "owner": "alice", "endpoint": f"{tools.url}/mcp", **canary.connection_auth()}],
-            "bridges": [{"id": "pipes", "owner": "alice", "connections": ["tools"]}],
-        })
-        with serve(bridge_app(config, tmp_path_factory.mktemp("bounds")).app) as server:
-            yield server
+    base_dir = tmp_path_factory.mktemp("bounds")
+    with bridge_over(tool_server(CallLog(), delay=0), base_dir, connection="tools", owner="alice", bridge="pipes") as server:
+        yield server
 
 
 async def test_the_48_level_merge_chain_called_through_the_bridge_answers_an_error_result(bridge: ServerThread) -> None:

@@ -24,12 +24,11 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import Completion
 
-from gateway.bridge.config import BridgeConfig
 from gateway.logs import configure_logging
 from gateway.secrets import SecretSet, secret_forms
 from tests.support import canary
-from tests.support.bridge_servers import bridge_app, mcp_http
-from tests.support.http_server import ServerThread, serve
+from tests.support.bridge_servers import bridge_over, mcp_http
+from tests.support.http_server import ServerThread
 
 ENCODINGS = {
     "plain": lambda text: text,
@@ -104,14 +103,9 @@ def test_the_scrubber_walks_json_values_keys_included_and_leaves_other_values_al
 
 @pytest.fixture(scope="module")
 def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
-    with serve(headers_server()) as echo:
-        config = BridgeConfig.model_validate({
-            "database": "bridge.db",
-            "connections": [{"id": "echo", "owner": "org:acme", "endpoint": f"{echo.url}/mcp", **canary.connection_auth()}],
-            "bridges": [{"id": "acme-tools", "owner": "org:acme", "connections": ["echo"]}],
-        })
-        with serve(bridge_app(config, tmp_path_factory.mktemp("secrets")).app) as server:
-            yield server
+    base_dir = tmp_path_factory.mktemp("secrets")
+    with bridge_over(headers_server(), base_dir, connection="echo", owner="org:acme", bridge="acme-tools") as server:
+        yield server
 
 
 async def call(bridge: ServerThread, path: str, name: str, arguments: dict[str, Any]) -> str:

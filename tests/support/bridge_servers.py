@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -39,6 +39,7 @@ from gateway.errors import Unauthorized
 from gateway.identity import Identity
 from gateway.secrets import SecretSet
 from tests.support import canary
+from tests.support.http_server import ServerThread, serve
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,19 @@ def bridge_app(
     bridge.app.state.canary_bridge = bridge  # its responses, metrics and database are searched for the canary
     return bridge
 
+
+@contextlib.contextmanager
+def bridge_over(upstream_app: Any, base_dir: Path, *, connection: str, owner: str, bridge: str) -> Iterator[ServerThread]:
+    """A running Bridge with one connection (to `upstream_app`, served here too, credentialed with
+    `canary.connection_auth()`) and one bridge of the same owner holding it."""
+    with serve(upstream_app) as upstream:
+        config = BridgeConfig.model_validate({
+            "database": "bridge.db",
+            "connections": [{"id": connection, "owner": owner, "endpoint": f"{upstream.url}/mcp", **canary.connection_auth()}],
+            "bridges": [{"id": bridge, "owner": owner, "connections": [connection]}],
+        })
+        with serve(bridge_app(config, base_dir).app) as server:
+            yield server
 
 def mcp_http(key: str, **kwargs: Any) -> httpx2.AsyncClient:
     """An `httpx2` client presenting an API key, for `mcp.Client` against the Bridge: a caller's
