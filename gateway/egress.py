@@ -9,6 +9,8 @@ The name is resolved and *every* address it resolves to must be admitted, on eve
 that resolved to a public address at creation may resolve to 127.0.0.1 later). The refusal says
 only "the connection's server could not be used", whatever the reason, so a caller cannot tell
 closed ports, services and refusals apart. Operators' own (YAML-declared) connections are not checked.
+The MCP client layer applies it to every session of a REST-made connection (a `guarded` target,
+gateway/mcp/target.py): `admit` before connecting, and a client on `transport()`.
 """
 
 from __future__ import annotations
@@ -95,12 +97,6 @@ class EgressPolicy:
             return True
         literal = _literal(host) if host else None
         return literal is not None and not self.address_allowed(literal)
-
-    async def admit_connection(self, url: str, source: str) -> None:
-        """`admit` for a connection made through the REST API (`source == "api"`); the operator's
-        own connections (declared in YAML) go anywhere."""
-        if source == "api":
-            await self.admit(url)
 
     async def admit(self, url: str) -> None:
         """Raise `DestinationRefused` unless every address `url`'s host resolves to is allowed."""
