@@ -10,10 +10,13 @@ import json
 import os
 import threading
 from collections.abc import Iterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from bench.load import drive
 from bench.loadkit import Gateway, gateway_config, tooling_model_app
@@ -57,8 +60,11 @@ def replicas() -> Iterator[Replicas]:
                 held = {"model": "held", "upstream": "scripted", "upstream_model": f"backend-{i}",
                         "plugins": [{"type": "mcp_bridge", "id": "tools", "endpoint": mcp.url + "/mcp"}]}
                 plain = {"model": "plain", "upstream": "scripted", "upstream_model": f"backend-{i}", "plugins": []}
-                gateways.append(Gateway(gateway_config(model.url, mcp.url, label=f"backend-{i}", guard_mode=None,
-                                                       extra_routes=[plain, held], extra_upstreams=[scripted_upstream])))
+                config = gateway_config(model.url, mcp.url, label=f"backend-{i}", guard_mode=None,
+                                        extra_routes=[plain, held], extra_upstreams=[scripted_upstream])
+                # the Bridge, anonymous (auth off: loopback callers only), its store in the replica's folder
+                config["bridge"] = {"enabled": True, "database": "bridge.db"}
+                gateways.append(Gateway(config))
             for gateway in gateways:
                 gateway.wait_ready()
             proxy = haproxy.HaProxy([g.url for g in gateways]).wait_ready()
@@ -97,6 +103,22 @@ def test_without_a_conversation_id_each_caller_stays_on_one_replica(replicas: Re
                 served.setdefault(f"caller-{caller}", set()).add(content[1:content.index("]")])
     assert all(len(labels) == 1 for labels in served.values()), served
     assert len(set.union(*served.values())) >= 2  # callers are spread over the replicas
+
+
+async def test_each_bridge_mcp_session_stays_on_the_replica_that_opened_it(replicas: Replicas) -> None:
+    # R: S2, F1 -- anonymous clients send no credential: `initialize` goes round robin, and only
+    # the Mcp-Session-Id learnt from the replica's answer brings the session's requests back to it
+    # (a replica answers 404 to a session it does not hold).
+    for _ in range(2):
+        async with AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(Client(streamable_http_client(
+                replicas.front + "/mcp", http_client=httpx2.AsyncClient(timeout=30)), mode="legacy")) for _ in range(6)]
+            for _ in range(3):
+                for client in clients:
+                    assert (await client.list_tools()).tools == []  # no connections declared: no tools, but served
+    table = replicas.proxy.admin("show table bridge_mcp")
+    owners = [line.split("server_key=")[1].split()[0] for line in table.splitlines() if "server_key=" in line]
+    assert len(owners) == 12 and len(set(owners)) >= 2, table  # twelve sessions, on more than one replica
 
 
 def test_a_stream_passes_through_the_load_balancer_as_it_is_written(replicas: Replicas) -> None:

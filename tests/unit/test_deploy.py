@@ -124,3 +124,10 @@ def test_haproxy_accepts_the_shipped_config() -> None:
     # R: S2
     result = subprocess.run(["haproxy", "-c", "-f", str(DEPLOY / "haproxy.cfg")], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_deploy_docs_show_the_files_as_shipped() -> None:
+    # R: S3
+    docs = (ROOT / "docs" / "deploy.md").read_text()
+    for name in ("compose.yaml", "haproxy.cfg"):
+        assert (DEPLOY / name).read_text() in docs, f"docs/deploy.md shows an old deploy/{name}"
