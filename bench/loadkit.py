@@ -284,6 +284,15 @@ class Gateway:
         """CPU time of the serving process so far."""
         return cpu_seconds(self.process.pid)
 
+    @property
+    def metrics_urls(self) -> list[str]:
+        """Where this gateway's counters are scraped."""
+        return [self.url]
+
+    def died(self) -> str | None:
+        """The log tail when the process has died, else None."""
+        return self.log_tail() if self.process.poll() is not None else None
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -294,6 +303,54 @@ class Gateway:
                 self.process.wait(10)
         self._log.close()
         self._dir.cleanup()
+
+
+class Replicated:
+    """`n` `toolgate serve` processes on one config behind the real HAProxy with deploy/haproxy.cfg
+    (tests/support/haproxy.py); what bench/load.py needs of a `Gateway`, for the whole group."""
+
+    def __init__(self, config: dict[str, Any], n: int) -> None:
+        self.gateways = [Gateway(config) for _ in range(n)]
+        self.proxy: Any = None
+        self.url = ""
+
+    def wait_ready(self, timeout: float = 60.0) -> "Replicated":
+        from tests.support.haproxy import HaProxy
+
+        try:
+            for gateway in self.gateways:
+                gateway.wait_ready(timeout)
+            self.proxy = HaProxy([g.url for g in self.gateways]).wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.url = self.proxy.url
+        return self
+
+    @property
+    def metrics_urls(self) -> list[str]:
+        return [g.url for g in self.gateways]
+
+    def peak_rss_kib(self) -> list[int]:
+        return [kib for g in self.gateways for kib in g.peak_rss_kib()]
+
+    def cpu_seconds(self) -> float:
+        return sum(g.cpu_seconds() for g in self.gateways)
+
+    def proxy_cpu_seconds(self) -> float:
+        return cpu_seconds(self.proxy.process.pid) if self.proxy is not None else 0.0
+
+    def died(self) -> str | None:
+        gone = [g.log_tail() for g in self.gateways if g.process.poll() is not None]
+        if self.proxy is not None and self.proxy.process.poll() is not None:
+            gone.append(self.proxy.log_tail())
+        return "\n".join(gone) or None
+
+    def stop(self) -> None:
+        if self.proxy is not None:
+            self.proxy.stop()
+        for gateway in self.gateways:
+            gateway.stop()
 
 
 def _serve(kind: str, keep_alive: float) -> None:
