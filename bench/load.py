@@ -306,6 +306,25 @@ def run_load(conversations: int, turns: int, *, idle_seconds: float = 40.0, guar
     return result
 
 
+def machine() -> str:
+    cpu = "unknown CPU"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+    return f"{nproc} cores (nproc), {cpu}, Python {sys.version.split()[0]}"
+
+
+def _mib(kib: int) -> str:
+    return f"{kib / 1024:.0f} MiB"
+
+
+def _errors(result: LoadResult) -> str:
+    kinds = "; ".join(f"{kind}: {n}" for kind, n in result.error_kinds.most_common(4))
+    return f"{result.errors}" + (f" ({kinds})" if kinds else "")
+
+
 def _side_by_side(one: LoadResult, many: LoadResult, replicas: int) -> list[str]:
     """The replicas run beside the one-process run, same load, same machine, same run."""
     def row(run: LoadResult) -> list[str]:
