@@ -21,6 +21,8 @@ from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "haproxy.cfg"
+TERMINATION = re.compile(r" (\S{4}) \d+/\d+/\d+/\d+/\d+ \d+/\d+ ")
+"""The termination state of an `option httplog` line (`----` for a request that ended normally)."""
 SERVER = re.compile(r"^(\s*server gateway-(\d+) )\S+(.*)$")
 
 
@@ -104,6 +106,12 @@ class HaProxy:
             self.stop()
             raise RuntimeError(f"haproxy did not come up:\n{self.log_tail()}")
         return self
+
+    def abnormal(self) -> list[str]:
+        """Log lines of requests that did not end normally (termination state other than `----`)."""
+        self._log.flush()
+        return [line for line in self.log_path.read_text(errors="replace").splitlines()
+                if (state := TERMINATION.search(line)) is not None and state.group(1) != "----"]
 
     def log_tail(self, lines: int = 30) -> str:
         self._log.flush()
