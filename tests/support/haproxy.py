@@ -26,9 +26,14 @@ TERMINATION = re.compile(r" (\S{4}) \d+/\d+/\d+/\d+/\d+ \d+/\d+ ")
 SERVER = re.compile(r"^(\s*server gateway-(\d+) )\S+(.*)$")
 
 
+def binary() -> str | None:
+    """The `haproxy` binary: on PATH, or where Debian's package puts it (`.ci/run` installs it)."""
+    return shutil.which("haproxy") or next((p for p in ("/usr/sbin/haproxy",) if Path(p).is_file()), None)
+
+
 def available() -> bool:
-    """Whether the `haproxy` binary is on PATH (`.ci/run` installs Debian's package)."""
-    return shutil.which("haproxy") is not None
+    """Whether HAProxy is installed."""
+    return binary() is not None
 
 
 def render(text: str, port: int, replicas: list[str], socket_path: Path) -> str:
@@ -70,7 +75,7 @@ class HaProxy:
         self.config_path.write_text(render(CONFIG.read_text(), self.port, replicas, self.socket_path))
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            ["haproxy", "-db", "-f", str(self.config_path), "-p", str(folder / "haproxy.pid")],
+            [binary() or "haproxy", "-db", "-f", str(self.config_path), "-p", str(folder / "haproxy.pid")],
             stdout=self._log, stderr=subprocess.STDOUT, cwd=folder)
 
     def admin(self, command: str) -> str:
