@@ -26,8 +26,6 @@ from tests.support.mcp_servers import McpServerState, http_app
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.skipif(not haproxy.available(), reason="haproxy is not installed (.ci/run installs it)")
-
 UPSTREAM_KEY = "TOOLGATE_TEST_UPSTREAM_KEY"
 """The scripted upstream's key, by reference (the suite may already have set it; the replicas inherit it)."""
 os.environ.setdefault(UPSTREAM_KEY, "sk-load-balancer-test")
@@ -47,6 +45,7 @@ class Replicas:
 
 @pytest.fixture
 def replicas() -> Iterator[Replicas]:
+    haproxy.require()
     state = McpServerState()
     upstream = ScriptedUpstream()
     with serve(http_app(state, legacy_only=True)) as mcp, serve(tooling_model_app()) as model, serve(upstream.app) as scripted:

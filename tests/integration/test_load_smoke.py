@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from bench.load import run_load
 from tests.support import haproxy
 
@@ -20,9 +18,9 @@ def test_concurrent_conversations_keep_one_session_each_and_close_them_when_idle
     assert result.gateway_metrics["toolgate_mcp_sessions_open_after_idle"] == 0
 
 
-@pytest.mark.skipif(not haproxy.available(), reason="haproxy is not installed (.ci/run installs it)")
 def test_through_haproxy_to_three_replicas_each_conversation_keeps_one_session() -> None:
     # R: S2, B14
+    haproxy.require()
     # monitor: the guard runs but does not refuse (this test is about routing, not verdicts)
     result = run_load(6, 3, idle_seconds=4, seconds=90, replicas=3, guard_mode="monitor")
 

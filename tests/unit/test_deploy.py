@@ -119,10 +119,9 @@ def test_the_replicas_config_passes_toolgate_check(monkeypatch: pytest.MonkeyPat
     assert (config.server.host, config.server.port) == ("0.0.0.0", 8080)
 
 
-@pytest.mark.skipif(not haproxy.available(), reason="haproxy is not installed (.ci/run installs it)")
 def test_haproxy_accepts_the_shipped_config() -> None:
     # R: S2
-    result = subprocess.run([haproxy.binary() or "haproxy", "-c", "-f", str(DEPLOY / "haproxy.cfg")], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([haproxy.require(), "-c", "-f", str(DEPLOY / "haproxy.cfg")], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
