@@ -13,8 +13,9 @@ WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY gateway ./gateway
 COPY plugins ./plugins
+# the check runs outside /src, so it imports the installed package (a missing compiled scorer fails the build)
 RUN /opt/toolgate/bin/pip install --no-cache-dir . \
-    && /opt/toolgate/bin/python -c "import plugins.prompt_guard._native"
+    && cd / && /opt/toolgate/bin/python -c "import plugins.prompt_guard._native"
 
 # -- run: the virtual environment only, as an unprivileged user
 FROM python:3.11-slim
