@@ -2,7 +2,7 @@
 prompt_guard, against a real `toolgate serve` process. Loopback only; it stops by itself.
 
     /work/venv/bin/python bench/load.py [--conversations 200] [--turns 10] [--idle 40] [--seconds 150]
-                                        [--workers-conversations 30] [--workers-idle 15] [--no-write]
+                                        [--guard enforce|monitor] [--replicas 3] [--no-write]
 
 Each turn: the client sends the conversation so far with `X-Conversation-Id`; the scripted model
 (bench/loadkit.py, own process) calls `count` and `echo`; the gateway runs both on the
@@ -13,7 +13,7 @@ echo. The `count` result names the MCP session and counts its calls, so the clie
 whether the conversation kept one session (call n on turn n): a *continuity break* otherwise.
 
 Sessions are counted on the MCP server (opened, and still open `idle + 5 s` after the last call).
-A second run puts the gateway under `--workers 2` to show what per-process pools do to B14.
+A second run sends the same load through HAProxy (deploy/haproxy.cfg) to `--replicas` processes.
 Writes bench/results/load.md (`--no-write` to skip).
 """
 
@@ -40,7 +40,7 @@ if str(ROOT) not in sys.path:
 
 import httpx2  # noqa: E402
 
-from bench.loadkit import Child, Gateway, gateway_config  # noqa: E402
+from bench.loadkit import Child, Gateway, Replicated, gateway_config  # noqa: E402
 from tests.support.waiting import wait_until  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "load.md"
@@ -63,8 +63,8 @@ class Conversation:
 class LoadResult:
     conversations: int
     turns: int
-    workers: int
     idle_seconds: float
+    guard_mode: str = "enforce"
     requests: int = 0
     errors: int = 0
     error_samples: list[str] = field(default_factory=list)
@@ -205,33 +205,35 @@ def mcp_stats(mcp: Child) -> dict[str, Any]:
     return data
 
 
-def gateway_metrics(url: str) -> dict[str, float]:
-    """The pool and request counters of one gateway process (one worker under --workers)."""
+def gateway_metrics(urls: list[str]) -> dict[str, float]:
+    """The pool and request counters of the gateway processes at `urls`, summed."""
     wanted = ("toolgate_mcp_sessions_opened_total", "toolgate_mcp_sessions_open", "toolgate_mcp_sessions_closed_total",
               "toolgate_requests_total")
     out: dict[str, float] = {}
-    for line in httpx2.get(url + "/metrics", timeout=10).text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in wanted and not line.startswith("#"):
-            out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    for url in urls:
+        for line in httpx2.get(url + "/metrics", timeout=10).text.splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in wanted and not line.startswith("#"):
+                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
     return out
 
 
 @dataclass
 class Harness:
-    """The three processes of a run."""
+    """The processes of a run: the model, the MCP server, and one gateway or replicas behind HAProxy."""
 
     model: Child
     mcp: Child
-    gateway: Gateway
-    workers: int
+    gateway: Gateway | Replicated
     idle_seconds: float
+    guard_mode: str
 
 
 @contextmanager
-def harness(*, workers: int = 1, idle_seconds: float = 40.0, guard_mode: str = "enforce",
-            model_keep_alive: float = 5.0) -> Iterator[Harness]:
-    """Start the scripted model, the counted MCP server and `toolgate serve` (route `assistant`)."""
+def harness(*, idle_seconds: float = 40.0, guard_mode: str = "enforce",
+            model_keep_alive: float = 5.0, replicas: int = 0) -> Iterator[Harness]:
+    """Start the scripted model, the counted MCP server and `toolgate serve` (route `assistant`);
+    with `replicas`, that many `toolgate serve` processes behind HAProxy."""
     model = Child("model", "--keep-alive", str(model_keep_alive))
     mcp = gateway = None
     try:
@@ -239,10 +241,11 @@ def harness(*, workers: int = 1, idle_seconds: float = 40.0, guard_mode: str = "
         model.wait_ready()
         mcp.wait_ready()
         config = gateway_config(model.url, mcp.url, idle_seconds=idle_seconds, guard_mode=guard_mode)
-        gateway = Gateway(config, workers=workers).wait_ready()
-        yield Harness(model, mcp, gateway, workers, idle_seconds)
-        if gateway.process.poll() is not None:
-            raise RuntimeError(f"the gateway died during the run:\n{gateway.log_tail()}")
+        gateway = (Replicated(config, replicas) if replicas else Gateway(config)).wait_ready()
+        yield Harness(model, mcp, gateway, idle_seconds, guard_mode)
+        died = gateway.died()
+        if died is not None:
+            raise RuntimeError(f"a gateway died during the run:\n{died}")
     finally:
         if gateway is not None:
             gateway.stop()
@@ -254,10 +257,12 @@ def harness(*, workers: int = 1, idle_seconds: float = 40.0, guard_mode: str = "
 def measure(h: Harness, conversations: int, turns: int, *, prefix: str = "conv", stream_odd: bool = True,
             seconds: float = 150.0, reconnect: bool = False) -> LoadResult:
     """Drive `conversations` × `turns` through the harness's gateway and collect what was seen."""
-    result = LoadResult(conversations, turns, h.workers, h.idle_seconds)
+    result = LoadResult(conversations, turns, h.idle_seconds, h.guard_mode)
     before = mcp_stats(h.mcp)["opened"]
     parts = {"gateway": h.gateway.cpu_seconds, "model": h.model.cpu_seconds, "MCP server": h.mcp.cpu_seconds,
              "load client": time.process_time}
+    if isinstance(h.gateway, Replicated):
+        parts["HAProxy"] = h.gateway.proxy_cpu_seconds
     cpu_before = {name: read() for name, read in parts.items()}
     start = time.perf_counter()
     seen = asyncio.run(drive(h.gateway.url, conversations, turns, prefix=prefix, stream_odd=stream_odd,
@@ -277,8 +282,7 @@ def measure(h: Harness, conversations: int, turns: int, *, prefix: str = "conv",
         n = len(conv.sessions)
         result.sessions_per_conversation[n] = result.sessions_per_conversation.get(n, 0) + 1
     result.sessions_opened = mcp_stats(h.mcp)["opened"] - before
-    if h.workers == 1:
-        result.gateway_metrics = gateway_metrics(h.gateway.url)
+    result.gateway_metrics = gateway_metrics(h.gateway.metrics_urls)
     return result
 
 
@@ -288,29 +292,18 @@ def wait_idle(h: Harness, result: LoadResult) -> None:
     if closed:
         result.seconds_to_all_closed = time.monotonic() - result.ended
     result.sessions_open_after_idle = mcp_stats(h.mcp)["live"]
-    if h.workers == 1:
-        open_now = gateway_metrics(h.gateway.url).get("toolgate_mcp_sessions_open", -1.0)
-        result.gateway_metrics["toolgate_mcp_sessions_open_after_idle"] = open_now
+    open_now = gateway_metrics(h.gateway.metrics_urls).get("toolgate_mcp_sessions_open", -1.0)
+    result.gateway_metrics["toolgate_mcp_sessions_open_after_idle"] = open_now
 
 
 def run_load(conversations: int, turns: int, *, idle_seconds: float = 40.0, guard_mode: str = "enforce",
-             model_keep_alive: float = 5.0, seconds: float = 150.0) -> LoadResult:
-    """One gateway process: drive the load, then wait out the idle lifetime."""
-    with harness(idle_seconds=idle_seconds, guard_mode=guard_mode, model_keep_alive=model_keep_alive) as h:
+             model_keep_alive: float = 5.0, seconds: float = 150.0, replicas: int = 0) -> LoadResult:
+    """One gateway process (or `replicas` behind HAProxy): drive the load, then wait out the idle lifetime."""
+    with harness(idle_seconds=idle_seconds, guard_mode=guard_mode, model_keep_alive=model_keep_alive,
+                 replicas=replicas) as h:
         result = measure(h, conversations, turns, seconds=seconds)
         wait_idle(h, result)
     return result
-
-
-def run_workers(conversations: int, turns: int, *, idle_seconds: float = 10.0, model_keep_alive: float = 5.0,
-                seconds: float = 60.0) -> tuple[LoadResult, LoadResult]:
-    """`--workers 2`: a client that keeps connections alive, then one that connects anew for every request."""
-    with harness(workers=2, idle_seconds=idle_seconds, model_keep_alive=model_keep_alive) as h:
-        pooled = measure(h, conversations, turns, prefix="keepalive", seconds=seconds)
-        fresh = measure(h, conversations, turns, prefix="reconnect", seconds=seconds, reconnect=True)
-        wait_idle(h, fresh)
-        pooled.sessions_open_after_idle = fresh.sessions_open_after_idle
-    return pooled, fresh
 
 
 def machine() -> str:
@@ -332,7 +325,27 @@ def _errors(result: LoadResult) -> str:
     return f"{result.errors}" + (f" ({kinds})" if kinds else "")
 
 
-def report(main: LoadResult, split: tuple[LoadResult, LoadResult] | None, command: str) -> str:
+def _side_by_side(one: LoadResult, many: LoadResult, replicas: int) -> list[str]:
+    """The replicas run beside the one-process run, same load, same machine, same run."""
+    def row(run: LoadResult) -> list[str]:
+        per = ", ".join(f"{n}: {c}" for n, c in sorted(run.sessions_per_conversation.items()))
+        return [f"{run.requests} / {_errors(run)}", f"{run.requests / run.wall_seconds:.0f}",
+                f"{run.percentile(50):.0f} / {run.percentile(95):.0f} / {run.percentile(99):.0f} ms",
+                f"{run.sessions_opened} ({run.sessions_opened / run.conversations:.2f} per conversation); {per}",
+                str(run.continuity_breaks), str(run.sessions_open_after_idle),
+                ", ".join(f"{k} {v:.1f}" for k, v in run.cpu_seconds.items()),
+                " + ".join(_mib(k) for k in run.peak_rss_kib)]
+    heads = ["requests / errors", "req/s", "p50 / p95 / p99", "MCP sessions opened; conversations by sessions seen",
+             "continuity breaks", "sessions open after the idle lifetime", "CPU seconds", "peak RSS per gateway"]
+    lines = [f"### {replicas} replicas behind HAProxy (deploy/haproxy.cfg) against one process, same load",
+             "", f"| | one process | {replicas} replicas + HAProxy |", "|---|---|---|"]
+    lines += [f"| {h} | {a} | {b} |" for h, a, b in zip(heads, row(one), row(many))]
+    if many.error_samples:
+        lines += ["", "First errors (replicas):", "", *[f"- `{e}`" for e in many.error_samples]]
+    return lines
+
+
+def report(main: LoadResult, command: str, replicated: tuple[int, LoadResult] | None = None) -> str:
     """The markdown results (bench/results/load.md; copied into bench/README.md's `## load`)."""
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load = Path("/proc/loadavg").read_text().split()[0]
@@ -361,7 +374,7 @@ def report(main: LoadResult, split: tuple[LoadResult, LoadResult] | None, comman
         "",
         f"`{command}` — loopback only; the scripted model, the MCP server (mcp SDK, session-ful "
         "Streamable HTTP) and `toolgate serve` each in their own process, the client (httpx2, asyncio) in the "
-        f"benchmark's. Route: prompt_guard (enforce) + mcp_bridge, `sessionIdleSeconds: {main.idle_seconds:g}`.",
+        f"benchmark's. Route: prompt_guard ({main.guard_mode}) + mcp_bridge, `sessionIdleSeconds: {main.idle_seconds:g}`.",
         "",
         "### One gateway process",
         "",
@@ -376,29 +389,8 @@ def report(main: LoadResult, split: tuple[LoadResult, LoadResult] | None, comman
                   f"`toolgate_requests_total` {m.get('toolgate_requests_total', 0):.0f}."]
     if main.error_samples:
         lines += ["", "First errors:", "", *[f"- `{e}`" for e in main.error_samples]]
-    if split is not None:
-        pooled, fresh = split
-        lines += [
-            "",
-            f"### `toolgate serve --workers 2` (one port, each worker its own pool; `sessionIdleSeconds: {pooled.idle_seconds:g}`)",
-            "",
-            "| client | conversations × turns | requests / errors | p50 / p99 | MCP sessions opened (server side) | conversations by sessions seen | continuity breaks |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for label, run in (("keep-alive connections, shared by all conversations", pooled),
-                           ("a new connection for every request", fresh)):
-            per = ", ".join(f"{n}: {c}" for n, c in sorted(run.sessions_per_conversation.items()))
-            lines.append(
-                f"| {label} | {run.conversations} × {run.turns} | {run.requests} / {_errors(run)} | "
-                f"{run.percentile(50):.0f} / {run.percentile(99):.0f} ms | {run.sessions_opened} "
-                f"(**{run.sessions_opened / run.conversations:.2f} per conversation**) | {per} | "
-                f"{run.continuity_breaks} of {run.requests} turns |")
-        rss = " + ".join(_mib(k) for k in fresh.peak_rss_kib)
-        lines += ["", f"Sessions still open {fresh.idle_seconds:g} s + {GRACE_SECONDS:g} s after the last call: "
-                  f"{fresh.sessions_open_after_idle}. Peak RSS per worker: {rss}."]
-        for run in (pooled, fresh):
-            if run.error_samples:
-                lines += ["", "First errors:", "", *[f"- `{e}`" for e in run.error_samples]]
+    if replicated is not None:
+        lines += ["", *_side_by_side(main, replicated[1], replicated[0])]
     return "\n".join(lines) + "\n"
 
 
@@ -409,26 +401,29 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=40.0,
                         help="sessionIdleSeconds of the main run; must exceed the longest gap between two turns (default 40)")
     parser.add_argument("--seconds", type=float, default=150.0, help="the main run's deadline; turns past it are errors")
-    parser.add_argument("--workers-conversations", type=int, default=30,
-                        help="conversations of the --workers 2 run (0: skip it)")
-    parser.add_argument("--workers-idle", type=float, default=15.0, help="sessionIdleSeconds of the --workers 2 run")
     parser.add_argument("--model-keep-alive", type=float, default=5.0,
                         help="keep-alive of the scripted model's server, seconds (uvicorn's and vLLM's default: 5)")
+    parser.add_argument("--guard", default="enforce", choices=["enforce", "monitor"],
+                        help="prompt_guard's mode on the route (monitor: it inspects every result but refuses nothing)")
+    parser.add_argument("--replicas", type=int, default=3,
+                        help="then the same load through HAProxy in front of this many replicas (0: skip; needs haproxy)")
     parser.add_argument("--no-write", action="store_true", help="print only; do not write bench/results/load.md")
     args = parser.parse_args()
     command = ("python bench/load.py " + " ".join(sys.argv[1:])).strip()
     main_run = run_load(args.conversations, args.turns, idle_seconds=args.idle, model_keep_alive=args.model_keep_alive,
-                        seconds=args.seconds)
-    print(report(main_run, None, command), flush=True)
-    split = None
-    if args.workers_conversations:
-        split = run_workers(args.workers_conversations, args.turns, idle_seconds=args.workers_idle,
-                            model_keep_alive=args.model_keep_alive)
-        text = report(main_run, split, command)
-        print(text[text.index("### `toolgate serve --workers 2`"):])
+                        seconds=args.seconds, guard_mode=args.guard)
+    print(report(main_run, command), flush=True)
+    replicated = None
+    if args.replicas:
+        many = run_load(args.conversations, args.turns, idle_seconds=args.idle, model_keep_alive=args.model_keep_alive,
+                        seconds=args.seconds, guard_mode=args.guard, replicas=args.replicas)
+        replicated = (args.replicas, many)
+    text = report(main_run, command, replicated)
+    if replicated is not None:
+        print(text[text.index("### " + str(args.replicas) + " replicas"):], flush=True)
     if not args.no_write:
         RESULTS.parent.mkdir(exist_ok=True)
-        RESULTS.write_text("# Load test\n\n(written by `bench/load.py`)\n\n" + report(main_run, split, command))
+        RESULTS.write_text("# Load test\n\n(written by `bench/load.py`)\n\n" + text)
 
 
 if __name__ == "__main__":

@@ -180,28 +180,6 @@ def listening_port(pid: int) -> int | None:
     return None
 
 
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
-def children(pid: int) -> list[int]:
-    """Process ids whose parent is `pid` (read from /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry.name))
-    return found
-
-
 class Child:
     """`python -m bench.loadkit <kind>` in a child process, started at once; `wait_ready()` waits
     (with a deadline) for the port it prints once it listens."""
@@ -263,7 +241,7 @@ def gateway_config(model_url: str, mcp_url: str, *, label: str = "load-model", i
 class Gateway:
     """A real `toolgate serve` process on a free loopback port, ready once `/readyz` answers 200."""
 
-    def __init__(self, config: dict[str, Any], *, workers: int = 1, log_level: str = "info") -> None:
+    def __init__(self, config: dict[str, Any], *, log_level: str = "info") -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="toolgate-load-")
         path = Path(self._dir.name) / "toolgate.yaml"
         config = {**config, "server": {**config.get("server", {}), "log_level": log_level}}
@@ -272,9 +250,6 @@ class Gateway:
         self._log = self.log_path.open("wb")
         self.url = ""
         argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--port", "0"]
-        if workers > 1:
-            argv += ["--workers", str(workers)]
-        self.workers = workers
         self.process = subprocess.Popen(argv, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
@@ -302,19 +277,21 @@ class Gateway:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def peak_rss_kib(self) -> list[int]:
-        """Peak RSS of the serving process(es): the process itself, or each worker under --workers."""
-        return [peak_rss_kib(pid) for pid in self.serving_pids()]
-
-    def serving_pids(self) -> list[int]:
-        """The process that serves, or the worker processes under --workers (not the supervisor)."""
-        if self.workers == 1:
-            return [self.process.pid]
-        return [pid for pid in sorted(children(self.process.pid)) if b"spawn_main" in _cmdline(pid)]
+        """Peak RSS of the serving process (a list: one entry per process, as bench/load.py reports it)."""
+        return [peak_rss_kib(self.process.pid)]
 
     def cpu_seconds(self) -> float:
-        """CPU time of the serving process(es) so far."""
-        pids = self.serving_pids() if self.workers > 1 else []
-        return sum(cpu_seconds(pid) for pid in [self.process.pid, *pids])
+        """CPU time of the serving process so far."""
+        return cpu_seconds(self.process.pid)
+
+    @property
+    def metrics_urls(self) -> list[str]:
+        """Where this gateway's counters are scraped."""
+        return [self.url]
+
+    def died(self) -> str | None:
+        """The log tail when the process has died, else None."""
+        return self.log_tail() if self.process.poll() is not None else None
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -326,6 +303,56 @@ class Gateway:
                 self.process.wait(10)
         self._log.close()
         self._dir.cleanup()
+
+
+class Replicated:
+    """`n` `toolgate serve` processes on one config behind the real HAProxy with deploy/haproxy.cfg
+    (tests/support/haproxy.py); what bench/load.py needs of a `Gateway`, for the whole group."""
+
+    def __init__(self, config: dict[str, Any], n: int) -> None:
+        self.gateways = [Gateway(config) for _ in range(n)]
+        self.proxy: Any = None
+        self.url = ""
+
+    def wait_ready(self, timeout: float = 60.0) -> "Replicated":
+        from tests.support.haproxy import HaProxy
+
+        try:
+            for gateway in self.gateways:
+                gateway.wait_ready(timeout)
+            self.proxy = HaProxy([g.url for g in self.gateways]).wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.url = self.proxy.url
+        return self
+
+    @property
+    def metrics_urls(self) -> list[str]:
+        return [g.url for g in self.gateways]
+
+    def peak_rss_kib(self) -> list[int]:
+        return [kib for g in self.gateways for kib in g.peak_rss_kib()]
+
+    def cpu_seconds(self) -> float:
+        return sum(g.cpu_seconds() for g in self.gateways)
+
+    def proxy_cpu_seconds(self) -> float:
+        return cpu_seconds(self.proxy.process.pid) if self.proxy is not None else 0.0
+
+    def died(self) -> str | None:
+        gone = [g.log_tail() for g in self.gateways if g.process.poll() is not None]
+        if self.proxy is not None and self.proxy.process.poll() is not None:
+            gone.append(self.proxy.log_tail())
+        return "\n".join(gone) or None
+
+    def stop(self) -> None:
+        if self.proxy is not None:
+            for line in self.proxy.abnormal()[:10]:  # HAProxy's view of any request that did not end normally
+                print(f"haproxy: {line}", file=sys.stderr)
+            self.proxy.stop()
+        for gateway in self.gateways:
+            gateway.stop()
 
 
 def _serve(kind: str, keep_alive: float) -> None:

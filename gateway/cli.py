@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -39,32 +38,9 @@ def _serve(args: argparse.Namespace) -> int:
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     configure_logging(config.server.log_level)
-    if args.workers > 1:
-        os.environ["TOOLGATE_CONFIG"] = os.path.abspath(args.config)
-        uvicorn.run("gateway.app:app_from_env", factory=True, host=host, port=port, workers=args.workers,
-                    log_config=None, access_log=False, ws="none")
-        return 0
     app = create_app(config)
     configure_logging(config.server.log_level, app.state.gateway.secrets)
     uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, ws="none")
-    return 0
-
-
-def _route(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from gateway.logs import configure_logging
-    from gateway.router import Router, check_backend, parse_listen
-
-    try:
-        host, port = parse_listen(args.listen)
-        backends = [check_backend(url) for url in args.backend]
-    except ValueError as exc:
-        _report([str(exc)])
-        return 2
-    configure_logging(args.log_level)
-    uvicorn.run(Router(backends), host=host, port=port, log_config=None, access_log=False, ws="none",
-                server_header=False, date_header=False)
     return 0
 
 
@@ -77,15 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", required=True, help="path of the YAML config")
     serve.add_argument("--host", default=None, help="bind address (default: server.host, 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="port (default: server.port, 8080)")
-    serve.add_argument("--workers", type=int, default=1, help="worker processes (each keeps its own MCP session pool)")
     serve.set_defaults(func=_serve)
-
-    route = sub.add_parser("route", help="route requests to several gateways by conversation (consistent hash)")
-    route.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT to listen on (default 127.0.0.1:8080)")
-    route.add_argument("--backend", action="append", required=True, metavar="URL",
-                       help="base URL of a gateway, e.g. http://127.0.0.1:8081 (repeat for each)")
-    route.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    route.set_defaults(func=_route)
 
     check = sub.add_parser("check", help="validate a config file; one line per problem")
     check.add_argument("path", help="the YAML config to check")

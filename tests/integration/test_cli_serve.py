@@ -77,15 +77,6 @@ def test_demo_config_serves_the_inspect_model_and_logs_json() -> None:
     assert any(line.get("request_id") == "cli-test-1" and line.get("status") == 200 for line in logs)
 
 
-def test_several_worker_processes_serve_one_port() -> None:
-    # R: G10
-    with serving("--workers", "2") as served:
-        sdk = openai.OpenAI(base_url=served.url + "/v1", api_key="unused", max_retries=0)
-        model = sdk.models.list().data[0].id
-        answers = [sdk.chat.completions.create(model=model, messages=[{"role": "user", "content": f"n{i}"}]) for i in range(6)]
-    assert all(f"n{i}" in (a.choices[0].message.content or "") for i, a in enumerate(answers))
-
-
 def test_serve_refuses_a_bad_config_with_its_problems(tmp_path: Path) -> None:
     # R: G8, G10
     bad = tmp_path / "bad.yaml"

