@@ -50,7 +50,7 @@ def test_a_bad_row_makes_the_command_exit_non_zero_with_the_line_number(tmp_path
 
 def test_the_shipped_guard_does_not_regress_on_held_out_tool_output() -> None:
     # R: P3, P4, P6, P7 — a regression gate on a third of the held-out split (sources never trained
-    # or tuned on), with the shipped neural detector on. It pins today's figures (recall 0.605,
+    # or tuned on), with the shipped neural detector on. It pins today's figures (recall 0.663,
     # FPR 0.0175 on this subset; the previous scorer gave 0.735 / 0.148), not the targets of 0.90
     # and 0.01, which the shipped model does not reach yet (see docs/prompt_guard.md).
     guard = build_guard(PromptGuardConfig(type="prompt_guard"))
@@ -60,7 +60,7 @@ def test_the_shipped_guard_does_not_regress_on_held_out_tool_output() -> None:
         if row.kind != "prompt":
             tally.add(row.label, guard.scan(row.text).blocked)
     metrics = tally.metrics()
-    assert metrics["recall"] >= 0.58
+    assert metrics["recall"] >= 0.63
     assert metrics["fpr"] <= 0.03
 
 
@@ -73,4 +73,4 @@ def test_benign_technical_text_about_llms_and_mcp_is_rarely_blocked() -> None:
         tally.add(row.label, guard.scan(row.text).blocked)
     metrics = tally.metrics()
     assert metrics["fpr"] <= 0.025
-    assert metrics["recall"] >= 0.35
+    assert metrics["recall"] >= 0.43
