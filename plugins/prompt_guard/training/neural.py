@@ -28,7 +28,6 @@ import argparse
 import hashlib
 import importlib.util
 import json
-import math
 import random
 import time
 import zipfile
