@@ -20,7 +20,6 @@ rows come from disjoint sources (see DATA.md, "Round 4 (neural model) data"):
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import random
 import re
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from plugins.prompt_guard.training.round4 import fragments_train as ft
+from plugins.prompt_guard.training.build_data import docstrings
 
 TRAIN_PACKAGES = ("openai-3.51.0", "anthropic-2.10.0", "litellm-1.110.2", "langchain_core-1.8.1",
                   "llama_index_core-0.14.25", "guardrails_ai-0.11.0")
@@ -225,15 +225,6 @@ def multilingual(split: str, seed: int, per_lang: int) -> list[dict[str, Any]]:
 
 # ---- technical text from wheels ----
 
-def _docstrings(source: str) -> str:
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return ""
-    nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)))]
-    return "\n\n".join(d for d in (ast.get_docstring(n) for n in nodes) if d)
-
-
 def wheel_documents(path: Path) -> list[tuple[str, str]]:
     """(kind, text) documents of one wheel: README (METADATA), .md/.rst files, code and docstrings."""
     docs: list[tuple[str, str]] = []
@@ -246,7 +237,7 @@ def wheel_documents(path: Path) -> list[tuple[str, str]]:
             elif name.endswith(".py"):
                 src = zf.read(name).decode("utf-8", "replace")
                 docs.append(("code", src))
-                docs.append(("doc", _docstrings(src)))
+                docs.append(("doc", docstrings(src)))
     return [(k, t) for k, t in docs if len(t.strip()) > 300]
 
 
