@@ -241,11 +241,15 @@ def test_the_auth_secret_reaches_the_server_and_never_logs_responses_metrics_or_
         "the tool failed: no answer within 1s",
         f"session {state.opened[0]} call 1",
     ]
-    assert upstream.requests[2]["messages"][0]["content"] == (
+    # "missing" is resolved from the server's resource listing: whether that listing is still
+    # cached or is fetched again on a session the server ends at once is a race between the
+    # concurrent reads, and either answer is right.
+    assert upstream.requests[2]["messages"][0]["content"] in {
         "hello\n\n## fail\nthe tool failed: the MCP session ended\n\n"
         "## Resource docs://index\nthe resource could not be read: the MCP session ended\n\n"
-        "## Resource missing\nthe resource could not be read: the MCP server lists no resource with that name or URI"
-    )
+        f"## Resource missing\nthe resource could not be read: {reason}"
+        for reason in ("the MCP server lists no resource with that name or URI", "the MCP session ended")
+    }
     assert "tools" not in upstream.requests[2]
     for text in texts:
         assert CANARY not in text
