@@ -146,7 +146,11 @@ def find_cycle(graph: Graph) -> list[str]:
     try:
         sorter.prepare()
     except graphlib.CycleError as exc:
-        return list(reversed(exc.args[1]))
+        ring = list(exc.args[1][:-1])  # in edge order: each node feeds the next
+        order = {node.id: i for i, node in enumerate(graph.nodes)}
+        first = min(range(len(ring)), key=lambda i: order.get(ring[i], len(order)))
+        ring = ring[first:] + ring[:first]  # start at the node the graph lists first
+        return [*ring, ring[0]]
     return []
 
 
