@@ -50,8 +50,8 @@ def test_a_bad_row_makes_the_command_exit_non_zero_with_the_line_number(tmp_path
 
 def test_the_shipped_guard_does_not_regress_on_held_out_tool_output() -> None:
     # R: P3, P4, P6, P7 — a regression gate on a third of the held-out split (sources never trained
-    # or tuned on), with the shipped neural detector on. It pins today's figures (recall 0.663,
-    # FPR 0.0175 on this subset; the previous scorer gave 0.735 / 0.148), not the targets of 0.90
+    # or tuned on), with the shipped neural detector on. It pins today's figures (recall 0.665,
+    # FPR 0.0225 on this subset; the previous scorer gave 0.735 / 0.148), not the targets of 0.90
     # and 0.01, which the shipped model does not reach yet (see docs/prompt_guard.md).
     guard = build_guard(PromptGuardConfig(type="prompt_guard"))
     assert guard.neural is not None
