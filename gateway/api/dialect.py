@@ -64,6 +64,24 @@ class Dialect(Protocol):
         ...
 
 
+class ChunkDelta:
+    """What one streamed chat chunk carries for a dialect's stream encoder: usage, new text,
+    tool-call deltas and a finish reason, each read defensively (a chunk may lack any of them)."""
+
+    __slots__ = ("usage", "text", "tool_calls", "finish")
+
+    def __init__(self, chunk: Mapping[str, Any]) -> None:
+        self.usage = chunk.get("usage")
+        choices = chunk.get("choices") or []
+        choice: Mapping[str, Any] = choices[0] if choices and isinstance(choices[0], dict) else {}
+        raw = choice.get("delta")
+        delta: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+        content = delta.get("content")
+        self.text: str = content if isinstance(content, str) else ""
+        self.tool_calls: list[Any] = delta.get("tool_calls") or []
+        self.finish: str | None = choice.get("finish_reason")
+
+
 def token_counts(usage: Any) -> tuple[int, int]:
     """(prompt, completion) tokens of a chat `usage` object; missing or malformed counts are 0."""
     if not isinstance(usage, dict):

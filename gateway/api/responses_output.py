@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from gateway.api.dialect import ChatChunk, token_counts
+from gateway.api.dialect import ChatChunk, ChunkDelta, token_counts
 from gateway.errors import GatewayError
 
 INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -123,18 +123,14 @@ class ResponsesEncoder:
 
     def batch(self, chunks: list[ChatChunk]) -> bytes:
         out = self._start()
-        for chunk in chunks:
-            if chunk.get("usage") is not None:
-                self._usage = chunk["usage"]
-            choices = chunk.get("choices") or []
-            choice: dict[str, Any] = choices[0] if choices and isinstance(choices[0], dict) else {}
-            raw_delta = choice.get("delta")
-            delta: dict[str, Any] = raw_delta if isinstance(raw_delta, dict) else {}
-            if isinstance(delta.get("content"), str) and delta["content"]:
-                out += self._text_delta(delta["content"])
-            for call in delta.get("tool_calls") or []:
+        for delta in map(ChunkDelta, chunks):
+            if delta.usage is not None:
+                self._usage = delta.usage
+            if delta.text:
+                out += self._text_delta(delta.text)
+            for call in delta.tool_calls:
                 out += self._call(call)
-            self._finish = choice.get("finish_reason") or self._finish
+            self._finish = delta.finish or self._finish
         return b"".join(out)
 
     def end(self) -> bytes:
