@@ -7,7 +7,7 @@ corrupt or mismatched file stops start-up with a message naming it; the guard ne
 to allowing.
 
 It reads text in windows of `WINDOW_TOKENS` tokens. A text that fits in `max_windows` windows
-is read whole; a longer one is read where the cheap detectors point (`select_spans`): its head,
+is read whole; a longer one is read where the cheap detectors point (`suspects`): its head,
 its tail and its most suspicious chunks, up to `max_windows` windows, so a 1 MB tool result
 costs a bounded time. The text's evidence is the highest window probability, shifted so that
 the threshold chosen on validation data maps to 0.5 (`evidence`).
@@ -20,22 +20,19 @@ import hashlib
 import json
 import math
 import re
-import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from plugins.prompt_guard.classifier import ModelError
-from plugins.prompt_guard.normalize import _CONFUSABLES, TAG_FIRST, TAG_LAST, ZERO_WIDTH
+from plugins.prompt_guard.normalize import _CONFUSABLE_TABLE, visible_nfkc
 
 WINDOW_TOKENS = 128
 """Tokens per window, [CLS] and [SEP] included (what the model was trained on)."""
 OVERLAP_TOKENS = 16
 DEFAULT_DIR = Path(__file__).parent / "model" / "neural"
 FORMAT = "toolgate-guard-neural/1"
-_INVISIBLE = dict.fromkeys([*ZERO_WIDTH, *range(TAG_FIRST, TAG_LAST + 1)])
-_CONFUSABLE_TABLE = {ord(k): v for k, v in _CONFUSABLES.items()}
 _WORD = re.compile(r"\w+")
 _LATIN = re.compile("[a-zA-Z]")
 
@@ -55,10 +52,8 @@ def model_text(raw: str) -> str:
     """The text the model reads: NFKC, without invisible and tag characters, and with look-alike
     letters folded to Latin inside words that mix them with Latin letters ("іgnоrе" with
     Cyrillic і, о, е), while words wholly in another script (Ukrainian, Greek) stay as written."""
-    if raw.isascii():
-        return raw
-    text = unicodedata.normalize("NFKC", raw.translate(_INVISIBLE))
-    return _WORD.sub(_unmix, text)
+    text = visible_nfkc(raw)
+    return text if text.isascii() else _WORD.sub(_unmix, text)
 
 
 @dataclass(frozen=True)
@@ -74,7 +69,7 @@ def _sha256(path: Path) -> str:
 
 
 class NeuralDetector:
-    """`probability(text, spans)` → the highest injection probability over the windows read."""
+    """`probability(text, suspects)` → the highest injection probability over the windows read."""
 
     def __init__(self, session: Any, tokenizer: Any, threshold: float, max_windows: int, source: str) -> None:
         import numpy
@@ -168,15 +163,16 @@ class NeuralDetector:
         logits = self.session.run(["logits"], {"input_ids": ids, "attention_mask": (ids != 0).astype(np.int64)})[0]
         return [1.0 / (1.0 + math.exp(-max(min(float(z), 60.0), -60.0))) for z in logits[:, 0]]
 
-    def probability(self, raw: str, spans: Sequence[tuple[int, int]] = ()) -> float:
+    def probability(self, raw: str, suspects: Callable[[], Sequence[tuple[int, int]]] = tuple) -> float:
         """The highest window probability: the whole text when it fits the window budget, else
-        its head, its tail and then `spans` (raw-text ranges, most suspicious first)."""
+        its head, its tail and then the raw-text ranges `suspects()` gives (most suspicious first;
+        called only then, since ranking them costs a pass of the cheap detectors)."""
         budget = self.max_windows
         head_chars = budget * WINDOW_TOKENS * 6  # more characters than `budget` windows can hold
         pieces = self.windows(model_text(raw[:head_chars]), budget + 1)
         if len(pieces) > budget or len(raw) > head_chars:
             chosen = [pieces[0], *self.windows(model_text(raw[-WINDOW_TOKENS * 4 :]), 64)[-1:]]
-            for start, end in spans:
+            for start, end in suspects():
                 if len(chosen) >= budget:
                     break
                 chosen += self.windows(model_text(raw[max(0, start) : end]), budget - len(chosen))

@@ -172,6 +172,17 @@ def _fold_block(text: str) -> tuple[str, int]:
     return _PUNCT.sub(" ", folded.casefold()), hidden
 
 
+_INVISIBLE_TABLE = dict.fromkeys([*ZERO_WIDTH, *range(TAG_FIRST, TAG_LAST + 1)])
+
+
+def visible_nfkc(text: str) -> str:
+    """`text` in NFKC without invisible and tag characters, its case, letters and punctuation kept:
+    what the model detectors read (they are trained on text as people write it)."""
+    if text.isascii():
+        return text
+    return unicodedata.normalize("NFKC", text.translate(_INVISIBLE_TABLE))
+
+
 def normalize(text: str) -> str:
     """Return `text` in the form every word detector matches against (see `fold`)."""
     return fold(text)[0]
