@@ -11,16 +11,13 @@ saying "MCP error", "unknown tool" or "not supported or error".
 from __future__ import annotations
 
 import json
-import os
 import re
-import select
 import subprocess
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.node_servers import NODE_DIR, free_port, require_node
+from tests.support.node_servers import NODE_DIR, free_port, require_node, start_node
 
 FIXTURE_DIR = NODE_DIR / "conformance-fixture"
 SUITE = NODE_DIR / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
@@ -41,22 +38,8 @@ class ConformanceFixture:
 
     def start(self) -> "ConformanceFixture":
         """Start it and wait (with a deadline) until it says it runs."""
-        process = subprocess.Popen(
-            [self.node, "--import", "tsx", "--import", "./listen-host.mjs", "everything-server.ts"],
-            cwd=FIXTURE_DIR, env={**os.environ, "PORT": str(self.port)},
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )
-        assert process.stdout is not None
-        while True:
-            ready, _, _ = select.select([process.stdout], [], [], 60.0)
-            line = process.stdout.readline() if ready else ""
-            if not line:
-                process.kill()
-                process.wait(10)
-                raise RuntimeError("the conformance fixture server did not start")
-            if "running on" in line:
-                break
-        threading.Thread(target=process.stdout.read, name="conformance-fixture-log", daemon=True).start()
+        process = start_node([self.node, "--import", "tsx", "--import", "./listen-host.mjs", "everything-server.ts"],
+                             FIXTURE_DIR, self.port, "running on", "conformance-fixture", log_stderr=False, deadline=60.0)
         self.process = process
         return self
 

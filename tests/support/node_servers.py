@@ -47,6 +47,30 @@ def free_port() -> int:
         return port
 
 
+def start_node(argv: list[str], cwd: Path, port: int, marker: str, what: str, log_stderr: bool = True,
+               deadline: float = START_SECONDS) -> subprocess.Popen[str]:
+    """Start a Node.js server on `port` and wait (with a deadline) for `marker` in its log (stderr,
+    or stdout with `log_stderr=False`); its log is read on afterwards, or a full pipe would stop it."""
+    process = subprocess.Popen(
+        argv, cwd=cwd, env={**os.environ, "PORT": str(port)}, text=True,
+        stdout=subprocess.DEVNULL if log_stderr else subprocess.PIPE,
+        stderr=subprocess.PIPE if log_stderr else subprocess.DEVNULL,
+    )
+    log = process.stderr if log_stderr else process.stdout
+    assert log is not None
+    while True:
+        ready, _, _ = select.select([log], [], [], deadline)
+        line = log.readline() if ready else ""
+        if not line:
+            process.kill()
+            process.wait(10)
+            raise RuntimeError(f"{what} did not start")
+        if marker in line:
+            break
+    threading.Thread(target=log.read, name=f"{what}-log", daemon=True).start()
+    return process
+
+
 class EverythingServer:
     """server-everything's Streamable HTTP transport in a child process."""
 
@@ -59,26 +83,8 @@ class EverythingServer:
 
     def start(self) -> "EverythingServer":
         """Start the process and wait (with a deadline) until it says it listens."""
-        process = subprocess.Popen(
-            [self.node, "--import", "./listen-host.mjs", str(EVERYTHING), "streamableHttp"],
-            cwd=NODE_DIR,
-            env={**os.environ, "PORT": str(self.port)},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert process.stderr is not None
-        while True:
-            ready, _, _ = select.select([process.stderr], [], [], START_SECONDS)
-            line = process.stderr.readline() if ready else ""
-            if not line:
-                process.kill()
-                process.wait(10)
-                raise RuntimeError("server-everything did not start")
-            if "listening on port" in line:
-                break
-        # Keep reading its log, or a full pipe would stop the server.
-        threading.Thread(target=process.stderr.read, name="server-everything-log", daemon=True).start()
+        process = start_node([self.node, "--import", "./listen-host.mjs", str(EVERYTHING), "streamableHttp"],
+                             NODE_DIR, self.port, "listening on port", "server-everything")
         self.process = process
         self.starts += 1
         return self
