@@ -8,6 +8,10 @@ CPU build, transformers, the base-model package):
     python -m plugins.prompt_guard.training.neural export --work W --out plugins/prompt_guard/model/neural
     python -m plugins.prompt_guard.training.neural calibrate --work W --out plugins/prompt_guard/model/neural
 
+A further round trains from the shipped model rather than from scratch: `from_onnx.py` rebuilds
+`W/checkpoint.safetensors` from it, and `mine --model plugins/prompt_guard/model/neural` writes
+`W/hard.npy`, which makes `train` draw the windows that model gets wrong more often.
+
 `prepare` turns labelled rows into token windows of the size the runtime reads
 (`neural.WINDOW_TOKENS`): the window of an injected document holds its injected span (rows
 carry `span`); a benign document gives a random window; a prompt gives its head. 8 % of rows
@@ -183,7 +187,10 @@ def train(work: Path, steps: int, batch: int, lr: float, freeze: int, every: int
     ids, y = data["ids"][train_idx], data["y"][train_idx]
     prompt = np.asarray([meta[i][1] == "prompt" for i in train_idx])
     later = np.asarray([meta[i][3] > 0 for i in train_idx])
-    weights = torch.as_tensor(_sampler_weights(y, prompt) * np.where(later, boost, 1.0))
+    weights = _sampler_weights(y, prompt) * np.where(later, boost, 1.0)
+    if (work / "hard.npy").is_file():  # written by `mine`: windows the previous model got wrong count more
+        weights = weights * np.load(work / "hard.npy")[train_idx]
+    weights = torch.as_tensor(weights)
     net = Detector.build(base_dir(work))
     ckpt, state_file = work / "checkpoint.safetensors", work / "state.json"
     start = 0
@@ -304,6 +311,37 @@ def calibrate(work: Path, out: Path, max_fpr: float) -> None:
     print(f"threshold {threshold:.4f} -> {card_path}")
 
 
+def mine(work: Path, model: Path, factor: float, batch: int = 64) -> None:
+    """Hard-example mining: score every prepared window with a shipped model (int8 ONNX, as the
+    runtime reads it) and write `W/hard.npy`, a sampling factor per window of 1 + `factor` x its
+    loss (capped at 1): windows the model gets wrong, or right only narrowly, are drawn more often
+    by the next `train`. Validation windows are scored too but never drawn."""
+    import numpy as np
+    import onnxruntime
+
+    data = np.load(work / "windows.npz")
+    ids, y = data["ids"].astype(np.int64), data["y"].astype(np.float64)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = onnxruntime.InferenceSession(str(model / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    order = np.argsort((ids != 0).sum(1))  # similar lengths together: less padding
+    logits = np.zeros(len(ids))
+    t0 = time.time()
+    for start in range(0, len(ids), batch):
+        pick = order[start:start + batch]
+        rows = ids[pick]
+        rows = rows[:, : int((rows != 0).sum(1).max())]
+        logits[pick] = session.run(["logits"], {"input_ids": rows, "attention_mask": (rows != 0).astype(np.int64)})[0][:, 0]
+        if start // batch % 100 == 0:
+            print(f"{start}/{len(ids)} windows, {time.time() - t0:.0f} s", flush=True)
+    p = 1.0 / (1.0 + np.exp(-logits))
+    loss = -(y * np.log(np.clip(p, 1e-7, 1)) + (1 - y) * np.log(np.clip(1 - p, 1e-7, 1)))
+    np.save(work / "hard.npy", 1.0 + factor * np.minimum(1.0, loss))
+    np.save(work / "mined_logits.npy", logits)
+    wrong = ((p >= 0.5) != (y == 1)) & ~data["val"]
+    print(f"{int(wrong.sum())} of {int((~data['val']).sum())} training windows on the wrong side of 0.5 -> {work / 'hard.npy'}")
+
+
 def _compare(net: Any, path: Path) -> None:
     """Print how far the int8 ONNX logits are from the PyTorch model's on a few windows."""
     import numpy as np
@@ -340,6 +378,10 @@ def main() -> None:
     e = sub.add_parser("export")
     e.add_argument("--work", type=Path, required=True)
     e.add_argument("--out", type=Path, required=True)
+    m = sub.add_parser("mine")
+    m.add_argument("--work", type=Path, required=True)
+    m.add_argument("--model", type=Path, required=True, help="folder of the model to mine with (model.onnx)")
+    m.add_argument("--factor", type=float, default=3.0)
     c = sub.add_parser("calibrate")
     c.add_argument("--work", type=Path, required=True)
     c.add_argument("--out", type=Path, required=True)
@@ -349,6 +391,8 @@ def main() -> None:
         prepare(args.data, args.work)
     elif args.cmd == "train":
         train(args.work, args.steps, args.batch, args.lr, args.freeze, args.every, args.threads, args.boost)
+    elif args.cmd == "mine":
+        mine(args.work, args.model, args.factor)
     elif args.cmd == "export":
         export(args.work, args.out)
     else:
