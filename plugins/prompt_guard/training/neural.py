@@ -77,10 +77,13 @@ def _tokenizer(work: Path) -> Any:
 
 
 def _text_and_span(row: dict[str, Any]) -> tuple[str, tuple[int, int] | None]:
+    """The text as the model reads it, and the range its window must hold: the injected `span`,
+    or a benign row's `focus` (round 5: the hard-benign sentence, which a random window of a
+    long document would often miss)."""
     raw = row["text"]
-    if not row.get("span"):
+    if not (row.get("span") or row.get("focus")):
         return model_text(raw), None
-    a, b = row["span"]
+    a, b = row.get("span") or row["focus"]
     head, piece, tail = model_text(raw[:a]), model_text(raw[a:b]), model_text(raw[b:])
     return head + piece + tail, (len(head), len(head) + len(piece))
 
