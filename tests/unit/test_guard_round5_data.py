@@ -5,6 +5,7 @@ and compared programmatically; a failure names round-5 items, never held-out tex
 
 from __future__ import annotations
 
+import json
 import re
 import string
 from collections import Counter
@@ -39,6 +40,15 @@ def _holds(text: str, template: str) -> bool:
             return False
         at += len(seg)
     return True
+
+
+def _json_string(piece: str) -> list[str]:
+    """`piece` decoded, if it is a JSON string literal."""
+    try:
+        value = json.loads(piece)
+    except ValueError:
+        return []
+    return [value] if isinstance(value, str) else []
 
 
 def _grams(text: str, n: int = 8) -> set[str]:
@@ -84,7 +94,8 @@ def test_each_span_holds_one_injection_wording_and_benign_rows_hold_none(rows: l
             start, end = row["span"]
             piece = row["text"][start:end]
             assert piece.strip() and len(piece) < 600
-            hits = [(lang, i) for lang, i, t in templates if _holds(piece, t)]
+            forms = [piece, piece.replace('""', '"')] + _json_string(piece)  # as is, CSV- or JSON-quoted
+            hits = [(lang, i) for lang, i, t in templates if any(_holds(f, t) for f in forms)]
             assert hits, piece
             used.update(hits)
         else:
