@@ -73,8 +73,10 @@ def test_rows_are_balanced_in_three_languages_and_shaped_for_training(rows: list
     assert Counter((r["lang"], r["label"]) for r in rows) == {(lang, label): 400 for lang in ("en", "fr", "uk")
                                                                 for label in ("injection", "benign")}
     for row in rows:
-        keys = {"text", "label", "source", "kind", "lang"} | ({"span"} if row["label"] == "injection" else set())
-        assert set(row) == keys
+        if row["label"] == "injection":
+            assert set(row) == {"text", "label", "source", "kind", "lang", "span"}
+        else:
+            assert set(row) <= {"text", "label", "source", "kind", "lang", "focus"}
         assert row["source"] == "r5-handwritten" and row["kind"] == "tool_output"
         assert 100 <= len(row["text"]) <= 2500
         assert not PLACEHOLDER.search(row["text"]), row["text"]  # every placeholder filled
@@ -115,6 +117,13 @@ def test_hard_benign_sentences_sit_in_benign_and_injected_documents(rows: list[d
     benign = [t for (label, _), ts in WORDINGS.items() if label == "benign" for t in ts]
     with_benign = Counter(r["label"] for r in rows if any(_holds(r["text"], t) for t in benign))
     assert with_benign["benign"] >= 0.5 * 1200 and with_benign["injection"] >= 0.15 * 1200
+    # a benign row's `focus` is the range of its hard benign sentence
+    focused = [r for r in rows if "focus" in r]
+    assert len(focused) >= 0.5 * 1200
+    for row in focused:
+        piece = row["text"][row["focus"][0]:row["focus"][1]]
+        forms = [piece, piece.replace('""', '"')] + _json_string(piece)
+        assert any(_holds(f, t) for f in forms for t in benign), piece
 
 
 def test_no_round5_wording_or_address_comes_from_the_round4_heldout_material() -> None:

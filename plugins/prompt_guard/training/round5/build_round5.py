@@ -11,7 +11,9 @@ documents carry a hand-written HARD BENIGN sentence (imperatives addressed to pe
 assistants and prompts) in the same places and wrappers, so neither a wrapper nor an imperative is
 a signal by itself. Every row: text, label, source (`r5-handwritten`), kind (`tool_output`), lang
 (the document's language); injected rows also carry `span`, the [start, end) characters of the
-injected piece (with its wrapper; for JSON and CSV: the quoted field value).
+injected piece (with its wrapper; for JSON and CSV: the quoted field value); benign rows that
+carry a hard benign sentence have `focus`, the same kind of range for that sentence (a trainer
+that reads windows can centre a benign window on it, so the look-alike is inside the window).
 
 Document composition reuses the round-4 builder (`compose`, `fill`, `json_record`, ...); French
 and Ukrainian documents come from the round-4 training banks, English ones from `fragments_train.EN`.
@@ -131,11 +133,11 @@ def search_results(lang: str, ctx: _Fill) -> dict[str, Any]:
     return {"query": fill(rng.choice(f5.QUERIES[lang]), ctx), "results": hits}
 
 
-def document(kind: str, lang: str, ctx: _Fill, pieces: list[tuple[str, bool]]) -> tuple[str, str | None]:
+def document(kind: str, lang: str, ctx: _Fill, pieces: list[tuple[str, bool]]) -> tuple[str, dict[bool, str]]:
     """A document of `kind` with `pieces` (content, is_injection) inserted; returns the text and
-    the inserted form of the injection (wrapped or quoted), if one was inserted."""
+    the inserted form (wrapped or quoted) of each piece, keyed by is_injection."""
     rng = ctx.rng
-    marked: str | None = None
+    marked: dict[bool, str] = {}
     if kind in ("json", "search"):
         obj = json_record(banks()[lang][1], ctx) if kind == "json" else search_results(lang, ctx)
         for content, inj in pieces:
@@ -144,13 +146,12 @@ def document(kind: str, lang: str, ctx: _Fill, pieces: list[tuple[str, bool]]) -
                 hits[rng.randrange(len(hits))]["snippet"] = content
             else:
                 _put_in_json(obj, rng.choice(f5.JSON_KEYS), content, rng)
-            if inj:
-                marked = json.dumps(content, ensure_ascii=False)
+            marked[inj] = json.dumps(content, ensure_ascii=False)
         return json.dumps(obj, ensure_ascii=False, indent=rng.choice([None, 2])), marked
     if kind == "csv":
         inj = [c for c, i in pieces if i]
         text, quoted = csv_table(lang, ctx, inj[0] if inj else (pieces[0][0] if pieces else None))
-        return text, quoted if inj else None
+        return text, {bool(inj): quoted} if quoted else {}
     lines = _long_lines(kind, lang, ctx)
     text = "\n".join(lines)
     for content, inj in pieces:
@@ -160,8 +161,7 @@ def document(kind: str, lang: str, ctx: _Fill, pieces: list[tuple[str, bool]]) -
         else:
             lines = insert_lines(lines, piece, rng).split("\n")
         text = "\n".join(lines)
-        if inj:
-            marked = piece
+        marked[inj] = piece
     return text, marked
 
 
@@ -190,12 +190,13 @@ def build(seed: int = 55, per_lang: int = 800) -> list[dict[str, Any]]:
             while len(text) < MIN_CHARS:  # a very short result: another one of the same kind first
                 text = document(kind, lang, ctx, [])[0] + "\n\n" + text
             if len(text) > MAX_CHARS:
-                text = _trim(text, marked)
+                text = _trim(text, marked.get(True))
             row: dict[str, Any] = {"text": text, "label": "injection" if injected else "benign", "source": SOURCE,
                                    "kind": "tool_output", "lang": lang}
             if injected:
-                assert marked is not None
-                row["span"] = span_of(text, marked)
+                row["span"] = span_of(text, marked[True])
+            elif False in marked and marked[False] in text:
+                row["focus"] = span_of(text, marked[False])
             rows.append(row)
     random.Random(seed + 1).shuffle(rows)
     return rows
