@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import secrets
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,14 +37,16 @@ class Console:
 
 @pytest.fixture
 def console(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[Console]:
-    with serve(tool_server(CallLog(), delay=0.0)) as tools:
+    (tmp_path / "seal.key").write_text(secrets.token_urlsafe(32))
+    with serve(tool_server(CallLog(), delay=0.0, required_header=(canary.CONNECTION_HEADER, canary.CONNECTION_TOKEN))) as tools:
         config = simple_config(
             upstream.url,
             auth={"mode": "api_keys", "api_keys": [
                 {"key": canary.ALICE_KEY_REF, "user_id": "alice", "org_id": "acme", "email": "alice@acme.test"},
                 {"key_sha256": hashlib.sha256(canary.BOB_KEY.encode()).hexdigest(), "user_id": "bob"},
             ]},
-            bridge={"enabled": True, "database": str(tmp_path / "bridge.db"), "apiEndpointAllowPrivate": ["127.0.0.0/8"]},
+            bridge={"enabled": True, "database": str(tmp_path / "bridge.db"), "apiEndpointAllowPrivate": ["127.0.0.0/8"],
+                    "secretKey": "file:seal.key"},
         )
         with running_gateway(config, tmp_path) as gw, chromium() as browser:
             yield Console(gw.url, tools.url, browser)
@@ -106,11 +109,17 @@ def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_anoth
     # R: C1, C2, C3, C4
     alice, page, violations = signed_in(console, canary.ALICE_KEY, shot="signin")
 
-    # C2: a connection to the test MCP server and a bridge over it
+    # C2: a connection to the test MCP server, its credential written once, and a bridge over it
     page.fill("input[name=connection-id]", "tools")
     page.fill("input[name=connection-endpoint]", console.tools_url + "/mcp")
+    page.fill("input[name=connection-header]", canary.CONNECTION_HEADER)
+    page.fill("input[name=connection-secret]", canary.CONNECTION_TOKEN)
     page.click("button:has-text('Add connection')")
-    expect(page.locator('[data-testid=connections] tr[data-id="tools"]')).to_contain_text(console.tools_url)
+    row = page.locator('[data-testid=connections] tr[data-id="tools"]')
+    expect(row).to_contain_text(console.tools_url)
+    expect(row).to_contain_text(f"{canary.CONNECTION_HEADER}: (set, never shown)")
+    expect(page.locator("input[name=connection-secret]")).to_have_value("")
+    assert canary.CONNECTION_TOKEN not in page.content()
     page.fill("input[name=bridge-id]", "pipes")
     page.check("input[name=bridge-conn-tools]")
     page.click("button:has-text('Add bridge')")
@@ -206,6 +215,25 @@ def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_anoth
     expect(rows.nth(3)).to_contain_text("bridge.graph_save")
     expect(rows.nth(5)).to_contain_text("connection.create")
     assert violations == []
+
+    # paged: 20 records a page, older ones behind "Older"
+    csrf = page.locator('meta[name="csrf-token"]').get_attribute("content") or ""
+    for i in range(8):  # 16 more records: 22 in all
+        made = alice.request.post(console.url + "/connections", headers={"x-csrf-token": csrf},
+                                  data={"id": f"extra{i}", "endpoint": console.tools_url + "/mcp"})
+        assert made.status == 201
+        assert alice.request.delete(console.url + f"/connections/extra{i}", headers={"x-csrf-token": csrf}).status == 204
+    assert wait_until(lambda: audit_count(alice, console.url) == 22)
+    page.click("button:has-text('Filter')")
+    expect(rows).to_have_count(20)
+    expect(rows.first).to_contain_text("connection.delete")
+    page.click("button:has-text('Older')")
+    expect(page.get_by_text("page 2")).to_be_visible()
+    expect(rows).to_have_count(2)
+    expect(rows.last).to_contain_text("connection.create")
+    expect(page.get_by_role("button", name="Older")).to_be_disabled()
+    page.click("button:has-text('Newer')")
+    expect(rows).to_have_count(20)
 
     # a second account in a second browser context sees none of it
     bob, bob_page, bob_violations = signed_in(console, canary.BOB_KEY)
