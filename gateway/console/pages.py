@@ -70,10 +70,13 @@ class Console:
     """The console's routes over a session table and the gateway's credential check."""
 
     def __init__(
-        self, sessions: ConsoleSessions, sign_in_with_key: SignInWithKey | None, scrub: Callable[[str], str]
+        self, sessions: ConsoleSessions, sign_in_with_key: SignInWithKey | None, scrub: Callable[[str], str],
+        *, key_required: bool = True,
     ) -> None:
-        """`sign_in_with_key` None: no API-key form (another sign-in method must be added)."""
+        """`sign_in_with_key` None: no API-key form (another sign-in method must be added);
+        `key_required` False: auth is off, the form signs in without a key."""
         self.sessions = sessions
+        self._key_required = key_required
         self._sign_in_with_key = sign_in_with_key
         self._scrub = scrub
         self._methods: list[SignInMethod] = []
@@ -163,7 +166,7 @@ class Console:
         token = secrets.token_urlsafe(24)
         html = self._templates.get_template("signin.html").render(
             assets=ASSETS, error=error, methods=self._methods, api_key_form=self._sign_in_with_key is not None,
-            signin_token=token, key_required=True,
+            signin_token=token, key_required=self._key_required,
         )
         response = HTMLResponse(html, status_code=status, headers=PAGE_HEADERS)
         response.set_cookie(SIGNIN_COOKIE, token, httponly=True, samesite="strict", secure=is_tls(request), path="/console")
@@ -195,4 +198,4 @@ def console_for(authenticator: Authenticator, scrub: Callable[[str], str]) -> Co
         key = key.strip()
         return authenticator.authenticate(f"Bearer {key}" if key else None)
 
-    return Console(ConsoleSessions(), sign_in_with_key, scrub)
+    return Console(ConsoleSessions(), sign_in_with_key, scrub, key_required=authenticator.mode != "none")
