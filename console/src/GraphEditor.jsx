@@ -2,10 +2,10 @@
 import { useCallback, useEffect, useMemo, useState } from "react";
 import {
   Background, Controls, Handle, Position, ReactFlow, ReactFlowProvider, addEdge,
-  useEdgesState, useNodesState, useUpdateNodeInternals,
+  useEdgesState, useNodesInitialized, useNodesState, useReactFlow, useUpdateNodeInternals,
 } from "@xyflow/react";
 import { api } from "./api.js";
-import { IN, OUT, closesCycle, freshId, fromFlow, toFlow } from "./graph.js";
+import { ARROW, IN, OUT, closesCycle, freshId, fromFlow, toFlow } from "./graph.js";
 
 const DEFAULT_PORTS = {
   input: { inputs: [], outputs: ["query"] },
@@ -173,14 +173,19 @@ function Editor({ bridgeId }) {
   const [status, setStatus] = useState(null);
   const [problems, setProblems] = useState([]);
   const [fit, setFit] = useState(false);
+  const initialized = useNodesInitialized();
+  const flow = useReactFlow();
+  useEffect(() => {  // a saved graph is fitted into view once its nodes are measured; a new one starts at scale 1
+    if (fit && initialized) { flow.fitView({ maxZoom: 1, padding: 0.1 }); setFit(false); }
+  }, [fit, initialized, flow]);
   const toolCache = useMemo(() => new Map(), []);
 
   useEffect(() => {
     Promise.all([api("GET", `/bridges/${encodeURIComponent(bridgeId)}`), api("GET", `/bridges/${encodeURIComponent(bridgeId)}/graph`)])
       .then(([b, g]) => {
-        const flow = toFlow(g);
-        setFit(flow.nodes.length > 0);  // a saved graph is fitted into view; a new one starts at scale 1
-        setBridge(b); setNodes(flow.nodes); setEdges(flow.edges); setPipelines(flow.pipelines);
+        const loaded = toFlow(g);
+        setFit(loaded.nodes.length > 0);
+        setBridge(b); setNodes(loaded.nodes); setEdges(loaded.edges); setPipelines(loaded.pipelines);
       })
       .catch((e) => setStatus({ error: true, text: e.message }));
   }, [bridgeId, setNodes, setEdges]);
@@ -200,7 +205,7 @@ function Editor({ bridgeId }) {
     return true;
   }, [edges]);
   const onConnect = useCallback((c) => {
-    setEdges((es) => addEdge({ ...c, id: freshId("e", new Set(es.map((e) => e.id))) }, es));
+    setEdges((es) => addEdge({ ...c, id: freshId("e", new Set(es.map((e) => e.id))), markerEnd: ARROW }, es));
     setStatus(null);
   }, [setEdges]);
 
@@ -269,7 +274,6 @@ function Editor({ bridgeId }) {
             onNodesChange={onNodesChange} onEdgesChange={onEdgesChange} onConnect={onConnect}
             isValidConnection={isValidConnection}
             onNodeClick={(_, n) => setSelectedId(n.id)} onPaneClick={() => setSelectedId(null)}
-            fitView={fit} fitViewOptions={{ maxZoom: 1 }}
           >
             <Background /><Controls />
           </ReactFlow>

@@ -1,7 +1,10 @@
 // The Bridge's graph (docs/bridge.md, "Graph shape") <-> React Flow's nodes and edges, and the
 // cycle check the canvas runs while an edge is drawn.
 
+import { MarkerType } from "@xyflow/react";
+
 export const IN = "in:";
+export const ARROW = { type: MarkerType.ArrowClosed };
 export const OUT = "out:";
 
 export function toFlow(graph) {
@@ -15,6 +18,7 @@ export function toFlow(graph) {
   });
   const edges = graph.edges.map((e) => ({
     id: e.id, source: e.from.node, sourceHandle: OUT + e.from.port, target: e.to.node, targetHandle: IN + e.to.port,
+    markerEnd: ARROW,
   }));
   return { nodes, edges, pipelines: graph.pipelines || [] };
 }

@@ -163,6 +163,12 @@ def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_anoth
 
     node(page, "t3").click()
     page.click("button:has-text('Delete node')")
+    moved = node(page, "t2").locator(".title").bounding_box()  # the user drags t2 down, out of the row
+    assert moved is not None
+    page.mouse.move(moved["x"] + 20, moved["y"] + 8)
+    page.mouse.down()
+    page.mouse.move(moved["x"] + 20, moved["y"] + 188, steps=8)
+    page.mouse.up()
     page.click("button:has-text('Save')")
     expect(page.get_by_role("status")).to_have_text("Saved.")
     saved = alice.request.get(console.url + "/bridges/pipes/graph").json()
@@ -173,6 +179,8 @@ def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_anoth
         ({"node": "t1", "port": "result"}, {"node": "t2", "port": "text"}),
     ]
     assert saved["pipelines"] == [{"id": "p1", "name": "shout", "inputNode": "in1", "outputNode": "out1"}]
+    at = {n["id"]: n["position"] for n in saved["nodes"]}
+    assert at["t2"]["y"] - at["t1"]["y"] > 100 and at["t2"]["x"] == 750  # moved down where it was dropped
 
     # positions are kept: after a reload each node stands where the graph says
     page.reload()
