@@ -61,3 +61,11 @@ export function closesCycle(edges, source, target) {
 export function freshId(prefix, taken) {
   for (let i = 1; ; i++) if (!taken.has(`${prefix}${i}`)) return `${prefix}${i}`;
 }
+
+/** True when both ends of an edge are ports of nodes on the canvas (else React Flow cannot draw it). */
+export function drawable(edge, nodes) {
+  const source = nodes.find((n) => n.id === edge.source);
+  const target = nodes.find((n) => n.id === edge.target);
+  return Boolean(source && target && source.data.outputs.includes((edge.sourceHandle || "").slice(OUT.length))
+    && target.data.inputs.includes((edge.targetHandle || "").slice(IN.length)));
+}

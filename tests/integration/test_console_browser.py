@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import re
 import secrets
+import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -254,3 +256,48 @@ def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_anoth
     assert re.search(re.escape(canary.ALICE_KEY), bob_page.content()) is None and bob_violations == []
     alice.close()
     bob.close()
+
+
+def test_a_stored_graph_that_breaks_the_rules_shows_each_problem_on_its_element_and_nothing_is_saved(
+    console: Console, tmp_path: Path,
+) -> None:
+    # R: C3, F8 -- a graph stored by an older version (the REST API never saves one): a cycle, an
+    # edge to a node that is gone, a pipeline with a bad name
+    alice, page, violations = signed_in(console, canary.ALICE_KEY)
+    csrf = page.locator('meta[name="csrf-token"]').get_attribute("content") or ""
+    assert alice.request.post(console.url + "/connections", headers={"x-csrf-token": csrf}, data={
+        "id": "tools", "endpoint": console.tools_url + "/mcp"}).status == 201
+    assert alice.request.post(console.url + "/bridges", headers={"x-csrf-token": csrf}, data={
+        "id": "old", "connections": ["tools"]}).status == 201
+    stored = {
+        "version": 1,
+        "nodes": [
+            {"id": "in1", "kind": "input", "outputs": ["text"], "position": {"x": 40, "y": 40}},
+            {"id": "t1", "kind": "tool", "connectionId": "tools", "tool": "echo", "inputs": ["text", "prefix"],
+             "outputs": ["result"], "position": {"x": 300, "y": 40}},
+            {"id": "t2", "kind": "tool", "connectionId": "tools", "tool": "echo", "inputs": ["text", "prefix"],
+             "outputs": ["result"], "position": {"x": 300, "y": 240}},
+            {"id": "out1", "kind": "output", "inputs": ["said"], "position": {"x": 600, "y": 40}},
+        ],
+        "edges": [
+            {"id": "e1", "from": {"node": "in1", "port": "text"}, "to": {"node": "t1", "port": "text"}},
+            {"id": "e2", "from": {"node": "t1", "port": "result"}, "to": {"node": "t2", "port": "text"}},
+            {"id": "e3", "from": {"node": "t2", "port": "result"}, "to": {"node": "t1", "port": "prefix"}},
+            {"id": "e4", "from": {"node": "t1", "port": "result"}, "to": {"node": "gone", "port": "x"}},
+        ],
+        "pipelines": [{"id": "p1", "name": "bad name", "inputNode": "in1", "outputNode": "out1"}],
+    }
+    with sqlite3.connect(tmp_path / "bridge.db") as db:
+        db.execute("INSERT INTO graphs (bridge_id, graph, updated_at) VALUES ('old', ?, 0)", (json.dumps(stored),))
+    page.goto(console.url + "/console#/bridges/old")
+    expect(node(page, "t2")).to_be_visible()
+    page.click("button:has-text('Save')")
+    expect(page.get_by_role("status")).to_contain_text("Not saved")
+    expect(node(page, "t1").locator(".problem")).to_contain_text("cycle")
+    expect(node(page, "t2").locator(".problem")).to_contain_text("cycle")
+    expect(node(page, "in1").locator(".problem")).to_have_count(0)
+    expect(page.get_by_test_id("pipelines").locator(".problem")).to_contain_text("pipeline name must match")
+    expect(page.get_by_test_id("graph-problems")).to_contain_text("edge e4 -> gone")  # not drawable: listed
+    assert alice.request.get(console.url + "/bridges/old/graph").json() == stored  # nothing saved
+    assert violations == []
+    alice.close()
