@@ -230,7 +230,7 @@ class BridgeApi:
             raise Conflict(f"tool names could collide: {'; '.join(clashes)}")
         record = ConnectionRecord(decl.id, decl.owner, decl.endpoint, header, sealed, source="api", prefix=decl.prefix)
         await self._store.upsert_connection(record)
-        args = {"owner": record.owner, "credential": header is not None}
+        args = {"owner": record.owner, **({"credential": "written"} if header is not None else {})}
         self._record(change_record(caller, "connection.create", record.id, args, started))
         return JSONResponse(record.public(), status_code=201)
 
@@ -260,15 +260,20 @@ class BridgeApi:
                 "private, link-local or the gateway's own addresses (see the Bridge's apiEndpointAllowPrivate)"
             )
 
-    async def update_connection(self, request: Request) -> Response:
-        """PATCH /connections/{id}: change an API-made connection's endpoint or prefix."""
-        started = time.perf_counter()
+    async def _made_connection(self, request: Request, verb: str) -> tuple[CallerScope, ConnectionRecord]:
+        """The caller's connection of the path, made through the API (404 for another's, 409 for the YAML's)."""
         caller = await caller_of(request, self._auth)
         conn = await self._store.get_connection(request.path_params["connection_id"])
         if conn is None or conn.owner not in caller.owners:
             raise NotFound(f"connection {request.path_params['connection_id']} not found")
         if conn.source == "config":
-            raise Conflict(f"connection {conn.id} is declared in the config file; change it there")
+            raise Conflict(f"connection {conn.id} is declared in the config file; {verb} it there")
+        return caller, conn
+
+    async def update_connection(self, request: Request) -> Response:
+        """PATCH /connections/{id}: change an API-made connection's endpoint or prefix."""
+        started = time.perf_counter()
+        caller, conn = await self._made_connection(request, "change")
         data = object_body(await json_body(request), {"endpoint", "prefix", *CREDENTIAL_FIELDS})
         header, sealed = conn.auth_header_name, conn.auth_secret
         if "authSecret" in data or data.get("authHeaderName") is not None:
@@ -297,12 +302,7 @@ class BridgeApi:
     async def delete_connection(self, request: Request) -> Response:
         """DELETE /connections/{id}: remove an API-made connection."""
         started = time.perf_counter()
-        caller = await caller_of(request, self._auth)
-        conn = await self._store.get_connection(request.path_params["connection_id"])
-        if conn is None or conn.owner not in caller.owners:
-            raise NotFound(f"connection {request.path_params['connection_id']} not found")
-        if conn.source == "config":
-            raise Conflict(f"connection {conn.id} is declared in the config file; remove it there")
+        caller, conn = await self._made_connection(request, "remove")
         await self._store.delete_connection(conn.id)
         self._upstreams.forget(conn.id)
         self._record(change_record(caller, "connection.delete", conn.id, {"owner": conn.owner}, started))

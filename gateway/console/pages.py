@@ -29,9 +29,10 @@ from starlette.staticfiles import StaticFiles
 
 from gateway.api.body import read_body
 from gateway.auth import Authenticator
+from gateway.bridge.api_support import rendered
 from gateway.bridge.federation import owners_of
 from gateway.console.session import ConsoleSessions, check_csrf, is_tls
-from gateway.errors import BadRequest, GatewayError, error_response
+from gateway.errors import BadRequest, GatewayError
 from gateway.identity import Identity
 
 log = logging.getLogger("toolgate.console")
@@ -97,8 +98,8 @@ class Console:
         return [
             Route("/console", self.page, methods=["GET"]),
             Route("/console/", self.page, methods=["GET"]),
-            Route("/console/signin", self._errors(self.sign_in), methods=["POST"]),
-            Route("/console/signout", self._errors(self.sign_out), methods=["POST"]),
+            Route("/console/signin", rendered(self.sign_in, self._scrub), methods=["POST"]),
+            Route("/console/signout", rendered(self.sign_out, self._scrub), methods=["POST"]),
             Mount(ASSETS, app=StaticFiles(directory=HERE / "static", check_dir=False), name="console-assets"),
             *self._extra_routes,
         ]
@@ -171,15 +172,6 @@ class Console:
         response = HTMLResponse(html, status_code=status, headers=PAGE_HEADERS)
         response.set_cookie(SIGNIN_COOKIE, token, httponly=True, samesite="strict", secure=is_tls(request), path="/console")
         return response
-
-    def _errors(self, fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            try:
-                return await fn(request)
-            except GatewayError as exc:
-                return error_response(exc, self._scrub)
-
-        return endpoint
 
 
 async def _form(request: Request) -> dict[str, str]:
