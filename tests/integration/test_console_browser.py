@@ -244,6 +244,16 @@ def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_anoth
     expect(page.get_by_role("button", name="Older")).to_be_disabled()
     page.click("button:has-text('Newer')")
     expect(rows).to_have_count(20)
+    page.fill("input[name=resource]", "shout")
+    page.click("button:has-text('Filter')")
+    expect(rows).to_have_count(3)  # the three runs of the pipeline
+    page.fill("input[name=since]", "2099-01-01T00:00")
+    page.click("button:has-text('Filter')")
+    expect(page.get_by_text("No records.")).to_be_visible()
+    page.fill("input[name=since]", "")
+    page.fill("input[name=until]", "2000-01-01T00:00")
+    page.click("button:has-text('Filter')")
+    expect(rows).to_have_count(0)
 
     # a second account in a second browser context sees none of it
     bob, bob_page, bob_violations = signed_in(console, canary.BOB_KEY)
