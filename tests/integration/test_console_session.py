@@ -9,6 +9,8 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from starlette.requests import Request
+from starlette.responses import Response
 
 from gateway.console.session import ConsoleSessions
 from gateway.identity import Identity
@@ -178,3 +180,15 @@ def test_signing_in_again_replaces_the_old_session(upstream: ScriptedUpstream, t
 def test_session_table_bounds_must_be_positive(bad: dict) -> None:
     with pytest.raises(ValueError):
         ConsoleSessions(**bad)
+
+
+@pytest.mark.parametrize(("scheme", "secure"), [("https", True), ("http", False)])
+def test_the_cookie_is_secure_exactly_when_the_console_is_served_over_tls(scheme: str, secure: bool) -> None:
+    # R: C1 -- the scheme as uvicorn reports it (TLS served directly, or a trusted proxy's header)
+    request = Request({"type": "http", "method": "POST", "scheme": scheme, "path": "/console/signin",
+                       "headers": [(b"host", b"console.example")], "query_string": b"", "server": ("console.example", 443)})
+    sessions = ConsoleSessions()
+    response = Response()
+    sessions.set_cookie(response, sessions.create(Identity(user_id="a")), request)
+    flags = {part.strip().lower() for part in response.headers["set-cookie"].split(";")}
+    assert ("secure" in flags) is secure and {"httponly", "samesite=strict", "path=/"} <= flags
