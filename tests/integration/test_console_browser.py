@@ -51,6 +51,7 @@ def console(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[Console]:
                     "secretKey": "file:seal.key"},
         )
         with running_gateway(config, tmp_path) as gw, chromium() as browser:
+            expect.set_options(timeout=20_000)  # a deadline, not a pause: 2 shared cores can be slow
             yield Console(gw.url, tools.url, browser)
 
 
