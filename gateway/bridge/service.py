@@ -23,6 +23,7 @@ from gateway.bridge.api import BridgeApi
 from gateway.bridge.audit import AuditWriter
 from gateway.bridge.audit_api import AuditApi
 from gateway.bridge.config import BridgeConfig
+from gateway.bridge.editor_api import EditorApi
 from gateway.bridge.endpoint import McpEndpoint, build_manager, build_server
 from gateway.bridge.federation import Federation
 from gateway.bridge.gate import CallerGate
@@ -31,9 +32,10 @@ from gateway.bridge.offerings import Offerings
 from gateway.bridge.records import BridgeRecord, ConnectionRecord
 from gateway.bridge.store import BridgeStore, SqliteStore
 from gateway.bridge.upstream import Upstreams
+from gateway.bridge.sealing import Sealer
 from gateway.egress import EgressPolicy
 from gateway.identity import Identity
-from gateway.secrets import SecretSet
+from gateway.secrets import SecretSet, resolve_secret
 
 log = logging.getLogger("toolgate.bridge")
 
@@ -56,6 +58,7 @@ class BridgeService:
         config: BridgeConfig,
         *,
         authenticate: Authenticate,
+        api_authenticate: Authenticate | None = None,
         http: httpx2.AsyncClient,
         metrics: prometheus_client.CollectorRegistry,
         base_dir: pathlib.Path,
@@ -64,13 +67,17 @@ class BridgeService:
         egress: EgressPolicy | None = None,
     ) -> None:
         """`http` is the app's client for REST-side fetches; MCP sessions use the layer's own clients
-        (gateway/mcp: session watch, no connection cap, one per credential)."""
+        (gateway/mcp: session watch, no connection cap, one per credential). `api_authenticate`
+        authenticates the REST API (default `authenticate`): the gateway's also admits the web
+        console's session cookie there, never on the MCP endpoint."""
+        api_authenticate = api_authenticate or authenticate
         self.config = config
         self.store: BridgeStore = store if store is not None else SqliteStore(database_path(config, base_dir))
         egress = egress if egress is not None else EgressPolicy(config.apiEndpointAllowPrivate)
+        sealer = Sealer(resolve_secret(config.secretKey, base_dir, secrets), secrets) if config.secretKey else None
         self.upstreams = Upstreams(
             base_dir=base_dir, secrets=secrets, list_ttl=config.toolListTtlSeconds,
-            idle_seconds=config.sessionIdleSeconds, registry=metrics, egress=egress,
+            idle_seconds=config.sessionIdleSeconds, registry=metrics, egress=egress, sealer=sealer,
         )
         self.audit = AuditWriter(self.store, queue_size=config.auditQueueSize, registry=metrics)
         federation = Federation(self.store, self.upstreams, config.api_endpoint_allowed)
@@ -81,10 +88,13 @@ class BridgeService:
         self.offerings = Offerings(federation, self.upstreams, ttl=config.toolListTtlSeconds, secrets=secrets, gate=gate)
         self._endpoint = McpEndpoint(self.store, authenticate, self.offerings, scrub=secrets.scrub, limits=config.limits)
         self._api = BridgeApi(
-            self.store, self.upstreams, authenticate, config.api_endpoint_allowed, scrub=secrets.scrub,
-            limits=config.limits, audit=self.audit, egress=egress,
+            self.store, self.upstreams, api_authenticate, config.api_endpoint_allowed, scrub=secrets.scrub,
+            limits=config.limits, audit=self.audit, egress=egress, sealer=sealer,
         )
-        self._audit_api = AuditApi(self.store, authenticate, scrub=secrets.scrub)
+        self._audit_api = AuditApi(self.store, api_authenticate, scrub=secrets.scrub)
+        self._editor_api = EditorApi(
+            self.store, federation, self.upstreams, self.handlers, api_authenticate, scrub=secrets.scrub
+        )
         self._stack: contextlib.AsyncExitStack | None = None
 
     async def start(self) -> None:
@@ -111,12 +121,13 @@ class BridgeService:
             await stack.aclose()
 
     def routes(self) -> list[starlette.routing.BaseRoute]:
-        """`/mcp`, `/mcp/{bridge_id}`, `/bridges...`, `/connections...`, `/audit`."""
+        """`/mcp`, `/mcp/{bridge_id}`, `/bridges...`, `/connections...`, `/audit`, the editor's routes."""
         return [
             starlette.routing.Route("/mcp", self._endpoint),
             starlette.routing.Route("/mcp/{bridge_id}", self._endpoint),
             *self._api.routes(),
             *self._audit_api.routes(),
+            *self._editor_api.routes(),
         ]
 
     async def _upsert_declared(self) -> None:
