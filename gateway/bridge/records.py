@@ -100,3 +100,13 @@ class AuditQuery:
     resource: str | None = None
     status: str | None = None
     limit: int = 100
+
+
+@dataclass(frozen=True)
+class SavedGraph:
+    """A bridge's graph as stored: the JSON, its version (1 for the first save, +1 for each save
+    after; the REST API's ETag) and who saved it."""
+
+    graph: dict[str, Any]
+    version: int
+    saved_by: str | None

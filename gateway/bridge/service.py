@@ -29,7 +29,7 @@ from gateway.bridge.gate import CallerGate
 from gateway.bridge.handlers import BridgeHandlers
 from gateway.bridge.offerings import Offerings
 from gateway.bridge.records import BridgeRecord, ConnectionRecord
-from gateway.bridge.store import BridgeStore, SqliteStore
+from gateway.bridge.store import BridgeStore, open_store
 from gateway.bridge.upstream import Upstreams
 from gateway.egress import EgressPolicy
 from gateway.identity import Identity
@@ -38,14 +38,6 @@ from gateway.secrets import SecretSet
 log = logging.getLogger("toolgate.bridge")
 
 Authenticate = Callable[[starlette.requests.Request], Awaitable[Identity]]
-
-
-def database_path(config: BridgeConfig, base_dir: pathlib.Path) -> str:
-    """The SQLite file of the config (relative paths are read from the config's folder)."""
-    if config.database == ":memory:":
-        return config.database
-    path = pathlib.Path(config.database).expanduser()
-    return str(path if path.is_absolute() else base_dir / path)
 
 
 class BridgeService:
@@ -66,7 +58,9 @@ class BridgeService:
         """`http` is the app's client for REST-side fetches; MCP sessions use the layer's own clients
         (gateway/mcp: session watch, no connection cap, one per credential)."""
         self.config = config
-        self.store: BridgeStore = store if store is not None else SqliteStore(database_path(config, base_dir))
+        self.store: BridgeStore = store if store is not None else open_store(
+            config.database, base_dir, password=config.databasePassword, secrets=secrets, pool_size=config.databasePoolSize
+        )
         egress = egress if egress is not None else EgressPolicy(config.apiEndpointAllowPrivate)
         self.upstreams = Upstreams(
             base_dir=base_dir, secrets=secrets, list_ttl=config.toolListTtlSeconds,

@@ -11,7 +11,7 @@ import pytest
 
 from gateway.bridge.cli import register
 from gateway.bridge.records import AuditRecord
-from gateway.bridge.store import SqliteStore
+from gateway.bridge.store_sqlite import SqliteStore
 from tests.support.bridge_servers import edge, fan_in_graph
 
 
