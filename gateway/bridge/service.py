@@ -29,7 +29,7 @@ from gateway.bridge.gate import CallerGate
 from gateway.bridge.handlers import BridgeHandlers
 from gateway.bridge.offerings import Offerings
 from gateway.bridge.records import BridgeRecord, ConnectionRecord
-from gateway.bridge.store import BridgeStore, open_store
+from gateway.bridge.store import BridgeStore, StoreUnavailable, open_store
 from gateway.bridge.upstream import Upstreams
 from gateway.egress import EgressPolicy
 from gateway.identity import Identity
@@ -84,7 +84,11 @@ class BridgeService:
     async def start(self) -> None:
         """Open the store, load the YAML's connections and bridges, start the audit writer and the MCP manager."""
         stack = contextlib.AsyncExitStack()
-        await self.store.open()
+        try:
+            await self.store.open()
+        except StoreUnavailable as exc:  # `toolgate serve` then exits non-zero; say why in one line first
+            log.error("the Bridge cannot start: %s", exc)
+            raise
         stack.push_async_callback(self.store.close)
         await self._upsert_declared()
         self.audit.start()

@@ -14,6 +14,7 @@ throwaway cluster of our own that a test can stop and start.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import pwd
@@ -92,6 +93,19 @@ def fresh_database_sync() -> Iterator[str]:
         asyncio.run(drop_database(url))
 
 
+def scalar(url: str, sql: str, password: str | None = None) -> object:
+    """The first value of `sql`'s first row, from code that may run inside an event loop (in a thread)."""
+    async def fetch() -> object:
+        conn = await asyncpg.connect(url, password=password)
+        try:
+            return await conn.fetchval(sql)
+        finally:
+            await conn.close()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, fetch()).result(timeout=30)
+
+
 def require_cluster() -> None:
     """Skip (or fail) unless a cluster of our own can be made: Debian's binaries, and either the
     `postgres` user or root to run them as that user."""
@@ -108,9 +122,10 @@ def require_cluster() -> None:
 
 
 class Cluster:
-    """A throwaway PostgreSQL cluster on a free loopback port, started at once; trust auth."""
+    """A throwaway PostgreSQL cluster on a free loopback port, started at once. Trust auth; with
+    `password`, connections over TCP must give it (scram-sha-256) and only the Unix socket trusts."""
 
-    def __init__(self) -> None:
+    def __init__(self, password: str | None = None) -> None:
         require_cluster()
         self._dir = tempfile.mkdtemp(prefix="toolgate-pg-")
         folder = Path(self._dir)
@@ -120,7 +135,13 @@ class Cluster:
         self.url = f"postgresql://{USER}@{HOST}:{self.port}/postgres"
         user = pwd.getpwnam("postgres")
         os.chown(folder, user.pw_uid, user.pw_gid)
-        self._as_postgres(BIN / "initdb", "-D", str(self.data), "--auth=trust", "--username", USER, "-E", "UTF8")
+        auth = ["--auth=trust"]
+        if password is not None:
+            secret = folder / "pwfile"
+            secret.write_text(password + "\n")
+            os.chown(secret, user.pw_uid, user.pw_gid)
+            auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={secret}"]
+        self._as_postgres(BIN / "initdb", "-D", str(self.data), *auth, "--username", USER, "-E", "UTF8")
         self.start()
 
     def _as_postgres(self, *command: str | Path) -> None:
@@ -140,6 +161,12 @@ class Cluster:
     def stop(self) -> None:
         """Stop the server (fast mode: sessions are ended at once)."""
         self._as_postgres(BIN / "pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop")
+
+    def create_database(self, name: str) -> str:
+        """A database on this cluster (made over the Unix socket, which trusts); its URL over TCP."""
+        self._as_postgres(BIN / "psql", "-h", self._dir, "-p", str(self.port), "-U", USER, "-d", "postgres",
+                          "-v", "ON_ERROR_STOP=1", "-c", f'CREATE DATABASE "{name}"')
+        return f"postgresql://{USER}@{HOST}:{self.port}/{name}"
 
     def running(self) -> bool:
         return (self.data / "postmaster.pid").exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -18,9 +19,11 @@ from prometheus_client import CollectorRegistry
 
 from gateway.bridge.audit import AuditWriter
 from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord
-from gateway.bridge.store import BridgeStore, GraphConflict, open_store
+from gateway.bridge.store import BridgeStore, GraphConflict, StoreUnavailable, open_store
+from gateway.bridge.store_postgres import MIGRATIONS, PostgresStore
 from gateway.bridge.store_sqlite import SqliteStore
 from tests.support import postgres
+from tests.support.faults import free_port
 
 
 def record(actor: str = "alice", resource: str = "gh__echo", ts: float = 1000.0, status: str = "success") -> AuditRecord:
@@ -188,3 +191,86 @@ async def test_stopping_over_a_stuck_store_returns_and_counts_what_was_not_writt
     writer.submit(record(ts=301))
     dropped = {r: registry.get_sample_value("toolgate_audit_dropped_total", {"reason": r}) for r in ("shutdown", "stopped")}
     assert dropped == {"shutdown": 300, "stopped": 1}
+
+
+# -- PostgreSQL only: migrations, privileges --------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def gateway_role(url: str) -> AsyncIterator[str]:
+    """A login role set up as docs/deploy.md says for the gateway (CONNECT on the database, owns
+    nothing); yields the database URL as that role. Dropped after."""
+    role = f"toolgate_gw_{secrets.token_hex(4)}"
+    server, _, database = url.rpartition("/")
+    admin = await asyncpg.connect(server + "/postgres")
+    try:
+        await admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        await admin.execute(f'REVOKE CONNECT ON DATABASE "{database}" FROM PUBLIC')
+        await admin.execute(f'GRANT CONNECT ON DATABASE "{database}" TO "{role}"')
+        yield url.replace(f"//{postgres.USER}@", f"//{role}@")
+    finally:
+        await postgres.drop_database(url)  # its grants go with it; then the role can go
+        await admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+        await admin.close()
+
+
+async def test_replicas_starting_at_once_migrate_the_schema_once(tmp_path: Path) -> None:
+    # R: S1
+    async with postgres.fresh_database() as url:
+        stores = [PostgresStore(url, pool_size=2) for _ in range(6)]
+        await asyncio.gather(*(s.open() for s in stores))
+        try:
+            conn = await asyncpg.connect(url)
+            versions = await conn.fetch("SELECT version FROM toolgate_schema ORDER BY version")
+            await conn.close()
+            assert [v["version"] for v in versions] == [version for version, _ in MIGRATIONS]
+            await stores[0].append_audit([record()])
+            assert len(await stores[-1].query_audit(AuditQuery(actor_id="alice"))) == 1
+        finally:
+            await asyncio.gather(*(s.close() for s in stores))
+
+
+async def test_the_gateways_role_cannot_update_or_delete_audit_rows_but_uses_the_store(tmp_path: Path) -> None:
+    # R: S1, F5 -- by privileges: refused before the trigger is even asked
+    async with postgres.fresh_database() as url:
+        owner = PostgresStore(url)
+        await owner.open()  # the schema's owner migrates (`toolgate bridge migrate`)
+        await owner.close()
+        async with gateway_role(url) as as_gateway:
+            store = PostgresStore(as_gateway)
+            await store.open()  # the schema is current: nothing to change, so the role may start
+            try:
+                await store.upsert_connection(ConnectionRecord("gh", "alice", "http://h/mcp"))
+                await store.upsert_bridge(BridgeRecord("b1", "alice", ("gh",)))
+                assert await store.save_graph("b1", {"nodes": []}, 1.0, "alice") == 1
+                await store.append_audit([record()])
+                assert await store.delete_bridge("b1") and await store.delete_connection("gh")
+                conn = await asyncpg.connect(as_gateway)
+                try:
+                    for sql in ("UPDATE audit SET status = 'failure'", "DELETE FROM audit", "TRUNCATE audit",
+                                "ALTER TABLE audit DISABLE TRIGGER audit_append_only", "DROP TABLE audit"):
+                        with pytest.raises(asyncpg.InsufficientPrivilegeError, match="permission denied|must be owner"):
+                            await conn.execute(sql)
+                finally:
+                    await conn.close()
+                assert [r.status for r in await store.query_audit(AuditQuery(actor_id="alice"))] == ["success"]
+            finally:
+                await store.close()
+
+
+async def test_a_role_that_may_not_create_tables_on_an_empty_database_is_told_to_migrate(tmp_path: Path) -> None:
+    # R: S1
+    async with postgres.fresh_database() as url, gateway_role(url) as as_gateway:
+        store = PostgresStore(as_gateway)
+        with pytest.raises(StoreUnavailable) as refused:
+            await store.open()
+        assert "has schema version 0, this toolgate needs" in str(refused.value)
+        assert "run `toolgate bridge migrate` as the schema's owner" in str(refused.value)
+
+
+async def test_postgresql_down_at_open_is_a_clear_error_naming_the_server(tmp_path: Path) -> None:
+    # R: S1
+    port = free_port()
+    store = open_store(f"postgresql://toolgate@127.0.0.1:{port}/toolgate", tmp_path)
+    with pytest.raises(StoreUnavailable, match=rf"^bridge.database: cannot reach PostgreSQL at 127.0.0.1:{port}/toolgate: "):
+        await store.open()
