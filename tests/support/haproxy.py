@@ -101,9 +101,16 @@ class HaProxy:
 
     def states(self, backend: str = "replicas") -> dict[str, str]:
         """Server name → status (`UP`, `DOWN`, …) in `backend`, from `show stat`."""
+        return self._servers(backend, "status")
+
+    def in_flight(self, backend: str = "replicas") -> dict[str, int]:
+        """Server name → requests it is serving now (`scur` of `show stat`) in `backend`."""
+        return {name: int(value or 0) for name, value in self._servers(backend, "scur").items()}
+
+    def _servers(self, backend: str, column: str) -> dict[str, str]:
         text = self.admin("show stat").lstrip("# ")
         rows = csv.DictReader(io.StringIO(text))
-        return {row["svname"]: row["status"] for row in rows
+        return {row["svname"]: row[column] for row in rows
                 if row["pxname"] == backend and row["svname"] not in ("FRONTEND", "BACKEND")}
 
     def wait_ready(self, timeout: float = 30.0) -> "HaProxy":
