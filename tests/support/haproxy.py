@@ -72,15 +72,15 @@ def _free_port() -> int:
 
 
 class HaProxy:
-    """HAProxy on a free loopback port in front of `replicas` (base URLs), started at once."""
+    """HAProxy on a loopback port (`port`, else a free one) in front of `replicas` (base URLs), started at once."""
 
-    def __init__(self, replicas: list[str]) -> None:
+    def __init__(self, replicas: list[str], port: int | None = None) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="toolgate-haproxy-")
         folder = Path(self._dir.name)
         self.socket_path = folder / "admin.sock"
         self.config_path = folder / "haproxy.cfg"
         self.log_path = folder / "haproxy.log"
-        self.port = _free_port()
+        self.port = port if port is not None else _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config_path.write_text(render(CONFIG.read_text(), self.port, replicas, self.socket_path))
         self._log = self.log_path.open("wb")
