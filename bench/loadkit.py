@@ -245,6 +245,9 @@ def gateway_config(model_url: str, mcp_url: str, *, label: str = "load-model", i
             "connections": [{"id": "counted", "owner": "anonymous", "endpoint": mcp_url + "/mcp", "prefix": ""}],
             "bridges": [{"id": "b1", "owner": "anonymous", "connections": ["counted"]}],
             "sessionIdleSeconds": idle_seconds,
+            # every conversation reaches the Bridge as the one anonymous caller (auth off): a single
+            # tenant's limits, not the per-caller defaults made to keep tenants apart
+            "limits": {"sessionsPerCaller": 1000, "outboundPerCaller": 256},
         }
     return {
         **config,
