@@ -214,7 +214,7 @@ def mcp_stats(mcp: Child) -> dict[str, Any]:
 def gateway_metrics(urls: list[str]) -> dict[str, float]:
     """The pool and request counters of the gateway processes at `urls`, summed."""
     wanted = ("toolgate_mcp_sessions_opened_total", "toolgate_mcp_sessions_open", "toolgate_mcp_sessions_closed_total",
-              "toolgate_requests_total")
+              "toolgate_requests_total", "toolgate_audit_dropped_total", "toolgate_audit_written_total")
     out: dict[str, float] = {}
     for url in urls:
         for line in httpx2.get(url + "/metrics", timeout=10).text.splitlines():
@@ -385,7 +385,8 @@ def _audited(run: LoadResult) -> str:
     sessions = (f" (MCP sessions the gateways opened: {by.get('tools', 0):.0f} to the server for `count`, "
                 f"{by.get('audited', 0):.0f} to the Bridge for `echo`; so {run.sessions_opened - by.get('tools', 0):.0f} of the "
                 "server's were opened by the Bridge)")
-    return f"{run.audit_records} / {run.requests - run.errors}{sessions}"
+    dropped = run.gateway_metrics.get("toolgate_audit_dropped_total", 0.0)
+    return f"{run.audit_records} / {run.requests - run.errors}, {dropped:.0f} dropped{sessions}"
 
 
 def report(main: LoadResult, command: str, replicated: tuple[int, LoadResult] | None = None) -> str:

@@ -38,6 +38,9 @@ T = TypeVar("T")
 LOCK_KEY = 0x746F6F6C67617465  # "toolgate": the advisory lock that serialises migrations
 """Held for the migration transaction only (`pg_advisory_xact_lock`)."""
 
+AUDIT_WAIT = 300.0
+"""Seconds the audit writer waits for a pooled connection (a server that is down fails at once)."""
+
 LAST_ANSWERS = 4096
 """Reads remembered to answer while the server cannot be reached (least recently used dropped)."""
 
@@ -155,12 +158,14 @@ class PostgresStore:
             except (TimeoutError, *_CONNECTION_LOST):
                 pool.terminate()
 
-    async def _run(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
-        """`fn` on a pooled connection; a server that cannot be reached is `StoreUnavailable`."""
+    async def _run(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, wait: float | None = None) -> T:
+        """`fn` on a pooled connection; a server that cannot be reached is `StoreUnavailable`. A
+        connection is waited for `wait` seconds at most (default the connect timeout; None: as long
+        as it takes, for the audit writer, which nobody waits for)."""
         if self._pool is None:
             raise RuntimeError("the bridge store is not open")
         try:
-            async with self._pool.acquire(timeout=self._connect_timeout) as conn:
+            async with self._pool.acquire(timeout=self._connect_timeout if wait is None else wait) as conn:
                 return await fn(conn)
         except _CONNECTION_LOST as exc:
             raise StoreUnavailable(f"the Bridge store ({self.where}) cannot be reached: {_reason(exc)}") from None
@@ -300,7 +305,8 @@ class PostgresStore:
         ]
         columns = ["ts", "action", "actor_id", "actor_email", "resource", "scope", "mutating", "args", "status",
                    "duration_ms"]
-        await self._run(lambda db: db.copy_records_to_table("audit", records=rows, columns=columns))
+        # the writer runs in the background: a pool busy with calls' reads is waited for, not a reason to drop
+        await self._run(lambda db: db.copy_records_to_table("audit", records=rows, columns=columns), wait=AUDIT_WAIT)
 
     async def query_audit(self, query: AuditQuery) -> list[AuditRecord]:
         """An actor's records (all actors when `actor_id` is None), newest first."""
