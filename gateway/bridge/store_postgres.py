@@ -159,9 +159,8 @@ class PostgresStore:
                 pool.terminate()
 
     async def _run(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, wait: float | None = None) -> T:
-        """`fn` on a pooled connection; a server that cannot be reached is `StoreUnavailable`. A
-        connection is waited for `wait` seconds at most (default the connect timeout; None: as long
-        as it takes, for the audit writer, which nobody waits for)."""
+        """`fn` on a pooled connection; a server that cannot be reached, or no pooled connection free
+        within `wait` seconds (default: the connect timeout), is `StoreUnavailable`."""
         if self._pool is None:
             raise RuntimeError("the bridge store is not open")
         try:
