@@ -47,7 +47,7 @@ from gateway.bridge.audit import AuditWriter  # noqa: E402
 from gateway.bridge.audit_args import reduce_args  # noqa: E402
 from gateway.bridge.config import BridgeConfig  # noqa: E402
 from gateway.bridge.records import AuditRecord  # noqa: E402
-from gateway.bridge.store import SqliteStore  # noqa: E402
+from gateway.bridge.store_sqlite import SqliteStore  # noqa: E402
 from tests.support import bridge_servers, canary  # noqa: E402
 from tests.support.bridge_servers import CallLog, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node, tool_server  # noqa: E402
 from tests.support.http_server import ServerThread  # noqa: E402

@@ -14,7 +14,10 @@ whether the conversation kept one session (call n on turn n): a *continuity brea
 
 Sessions are counted on the MCP server (opened, and still open `idle + 5 s` after the last call).
 A second run sends the same load through HAProxy (deploy/haproxy.cfg) to `--replicas` processes.
-Writes bench/results/load.md (`--no-write` to skip).
+With `--bridge-postgres`, each run's gateways keep their Bridge store in a fresh database on the
+PostgreSQL server at 127.0.0.1:5432 and call `echo` through the Bridge (bridge `b1`, reached
+through HAProxy when there are replicas: S1, S2), so every turn writes one audit record; the
+records are counted in the database after the run. Writes bench/results/load.md (`--no-write` to skip).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ if str(ROOT) not in sys.path:
 
 import httpx2  # noqa: E402
 
-from bench.loadkit import Child, Gateway, Replicated, gateway_config  # noqa: E402
+from bench.loadkit import Child, Gateway, Replicated, free_port, gateway_config  # noqa: E402
+from tests.support import postgres  # noqa: E402
 from tests.support.waiting import wait_until  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "load.md"
@@ -78,6 +82,8 @@ class LoadResult:
     seconds_to_all_closed: float | None = None
     sessions_per_conversation: dict[int, int] = field(default_factory=dict)
     gateway_metrics: dict[str, float] = field(default_factory=dict)
+    audit_records: int | None = None
+    """Audit records of tool calls in the Bridge's PostgreSQL store after the run (`--bridge-postgres`)."""
     first_turn: list[float] = field(default_factory=list)
     cpu_seconds: dict[str, float] = field(default_factory=dict)
     ended: float = 0.0
@@ -208,13 +214,18 @@ def mcp_stats(mcp: Child) -> dict[str, Any]:
 def gateway_metrics(urls: list[str]) -> dict[str, float]:
     """The pool and request counters of the gateway processes at `urls`, summed."""
     wanted = ("toolgate_mcp_sessions_opened_total", "toolgate_mcp_sessions_open", "toolgate_mcp_sessions_closed_total",
-              "toolgate_requests_total")
+              "toolgate_requests_total", "toolgate_audit_dropped_total", "toolgate_audit_written_total")
     out: dict[str, float] = {}
     for url in urls:
         for line in httpx2.get(url + "/metrics", timeout=10).text.splitlines():
             name = line.split("{", 1)[0].split(" ", 1)[0]
             if name in wanted and not line.startswith("#"):
-                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+                value = float(line.rsplit(" ", 1)[1])
+                out[name] = out.get(name, 0.0) + value
+                server = re.search(r'server="([^"]+)"', line)
+                if name == "toolgate_mcp_sessions_opened_total" and server is not None:  # per MCP client node
+                    key = f"sessions opened by {server.group(1)}"
+                    out[key] = out.get(key, 0.0) + value
     return out
 
 
@@ -227,22 +238,29 @@ class Harness:
     gateway: Gateway | Replicated
     idle_seconds: float
     guard_mode: str
+    database: str | None = None
+    """The Bridge's PostgreSQL database (`--bridge-postgres`)."""
 
 
 @contextmanager
 def harness(*, idle_seconds: float = 40.0, guard_mode: str = "enforce",
-            model_keep_alive: float = 5.0, replicas: int = 0) -> Iterator[Harness]:
+            model_keep_alive: float = 5.0, replicas: int = 0, bridge_postgres: bool = False) -> Iterator[Harness]:
     """Start the scripted model, the counted MCP server and `toolgate serve` (route `assistant`);
-    with `replicas`, that many `toolgate serve` processes behind HAProxy."""
+    with `replicas`, that many `toolgate serve` processes behind HAProxy; with `bridge_postgres`,
+    their Bridge on a fresh PostgreSQL database (dropped after)."""
     model = Child("model", "--keep-alive", str(model_keep_alive))
-    mcp = gateway = None
+    mcp = gateway = database = None
     try:
         mcp = Child("mcp")
         model.wait_ready()
         mcp.wait_ready()
-        config = gateway_config(model.url, mcp.url, idle_seconds=idle_seconds, guard_mode=guard_mode)
-        gateway = (Replicated(config, replicas) if replicas else Gateway(config)).wait_ready()
-        yield Harness(model, mcp, gateway, idle_seconds, guard_mode)
+        port = free_port()
+        if bridge_postgres:
+            database = asyncio.run(postgres.create_database())
+        store = (database, f"http://127.0.0.1:{port}") if database is not None else None
+        config = gateway_config(model.url, mcp.url, idle_seconds=idle_seconds, guard_mode=guard_mode, bridge_store=store)
+        gateway = (Replicated(config, replicas, port=port) if replicas else Gateway(config, port=port)).wait_ready()
+        yield Harness(model, mcp, gateway, idle_seconds, guard_mode, database)
         died = gateway.died()
         if died is not None:
             raise RuntimeError(f"a gateway died during the run:\n{died}")
@@ -252,6 +270,8 @@ def harness(*, idle_seconds: float = 40.0, guard_mode: str = "enforce",
         if mcp is not None:
             mcp.stop()
         model.stop()
+        if database is not None:
+            asyncio.run(postgres.drop_database(database))
 
 
 def measure(h: Harness, conversations: int, turns: int, *, prefix: str = "conv", stream_odd: bool = True,
@@ -283,7 +303,18 @@ def measure(h: Harness, conversations: int, turns: int, *, prefix: str = "conv",
         result.sessions_per_conversation[n] = result.sessions_per_conversation.get(n, 0) + 1
     result.sessions_opened = mcp_stats(h.mcp)["opened"] - before
     result.gateway_metrics = gateway_metrics(h.gateway.metrics_urls)
+    if h.database is not None:
+        result.audit_records = audit_records(h.database, result.requests - result.errors)
     return result
+
+
+def audit_records(database: str, expected: int) -> int:
+    """Tool-call audit records in the Bridge's database, once the writers have flushed (or 15 s passed)."""
+    def count() -> int:
+        return int(postgres.scalar(database, "SELECT count(*) FROM audit WHERE action = 'mcp.tool_call'"))  # type: ignore[call-overload]
+
+    wait_until(lambda: count() >= expected, timeout=15, interval=0.2)
+    return count()
 
 
 def wait_idle(h: Harness, result: LoadResult) -> None:
@@ -297,10 +328,11 @@ def wait_idle(h: Harness, result: LoadResult) -> None:
 
 
 def run_load(conversations: int, turns: int, *, idle_seconds: float = 40.0, guard_mode: str = "enforce",
-             model_keep_alive: float = 5.0, seconds: float = 150.0, replicas: int = 0) -> LoadResult:
+             model_keep_alive: float = 5.0, seconds: float = 150.0, replicas: int = 0,
+             bridge_postgres: bool = False) -> LoadResult:
     """One gateway process (or `replicas` behind HAProxy): drive the load, then wait out the idle lifetime."""
     with harness(idle_seconds=idle_seconds, guard_mode=guard_mode, model_keep_alive=model_keep_alive,
-                 replicas=replicas) as h:
+                 replicas=replicas, bridge_postgres=bridge_postgres) as h:
         result = measure(h, conversations, turns, seconds=seconds)
         wait_idle(h, result)
     return result
@@ -334,15 +366,27 @@ def _side_by_side(one: LoadResult, many: LoadResult, replicas: int) -> list[str]
                 f"{run.sessions_opened} ({run.sessions_opened / run.conversations:.2f} per conversation); {per}",
                 str(run.continuity_breaks), str(run.sessions_open_after_idle),
                 ", ".join(f"{k} {v:.1f}" for k, v in run.cpu_seconds.items()),
-                " + ".join(_mib(k) for k in run.peak_rss_kib)]
+                " + ".join(_mib(k) for k in run.peak_rss_kib), _audited(run)]
     heads = ["requests / errors", "req/s", "p50 / p95 / p99", "MCP sessions opened; conversations by sessions seen",
-             "continuity breaks", "sessions open after the idle lifetime", "CPU seconds", "peak RSS per gateway"]
+             "continuity breaks", "sessions open after the idle lifetime", "CPU seconds", "peak RSS per gateway",
+             "audit records in PostgreSQL / turns answered"]
     lines = [f"### {replicas} replicas behind HAProxy (deploy/haproxy.cfg) against one process, same load",
              "", f"| | one process | {replicas} replicas + HAProxy |", "|---|---|---|"]
     lines += [f"| {h} | {a} | {b} |" for h, a, b in zip(heads, row(one), row(many))]
     if many.error_samples:
         lines += ["", "First errors (replicas):", "", *[f"- `{e}`" for e in many.error_samples]]
     return lines
+
+
+def _audited(run: LoadResult) -> str:
+    if run.audit_records is None:
+        return "— (no --bridge-postgres)"
+    by = {k.removeprefix("sessions opened by "): v for k, v in run.gateway_metrics.items() if k.startswith("sessions opened by ")}
+    sessions = (f" (MCP sessions the gateways opened: {by.get('tools', 0):.0f} to the server for `count`, "
+                f"{by.get('audited', 0):.0f} to the Bridge for `echo`; so {run.sessions_opened - by.get('tools', 0):.0f} of the "
+                "server's were opened by the Bridge)")
+    dropped = run.gateway_metrics.get("toolgate_audit_dropped_total", 0.0)
+    return f"{run.audit_records} / {run.requests - run.errors}, {dropped:.0f} dropped{sessions}"
 
 
 def report(main: LoadResult, command: str, replicated: tuple[int, LoadResult] | None = None) -> str:
@@ -365,6 +409,7 @@ def report(main: LoadResult, command: str, replicated: tuple[int, LoadResult] | 
         ("MCP sessions opened (counted by the server)", f"{main.sessions_opened} for {main.conversations} conversations", "one per conversation"),
         ("conversations by sessions seen (client side)", per_conv, f"{main.conversations} with 1"),
         ("session continuity breaks (count result not `call n` on turn n)", str(main.continuity_breaks), "0"),
+        ("audit records in PostgreSQL / turns answered (one `echo` through the Bridge each)", _audited(main), "equal"),
         (f"sessions still open {main.idle_seconds:g} s + {GRACE_SECONDS:g} s after the last call",
          f"{main.sessions_open_after_idle}" + (f" (all closed {main.seconds_to_all_closed:.1f} s after the last turn)"
                                                  if main.seconds_to_all_closed is not None else ""), "0"),
@@ -407,16 +452,20 @@ def main() -> None:
                         help="prompt_guard's mode on the route (monitor: it inspects every result but refuses nothing)")
     parser.add_argument("--replicas", type=int, default=3,
                         help="then the same load through HAProxy in front of this many replicas (0: skip; needs haproxy)")
+    parser.add_argument("--bridge-postgres", action="store_true",
+                        help="the gateways' Bridge on PostgreSQL at 127.0.0.1:5432 (a fresh database per run), "
+                             "and `echo` called through it, audited")
     parser.add_argument("--no-write", action="store_true", help="print only; do not write bench/results/load.md")
     args = parser.parse_args()
     command = ("python bench/load.py " + " ".join(sys.argv[1:])).strip()
     main_run = run_load(args.conversations, args.turns, idle_seconds=args.idle, model_keep_alive=args.model_keep_alive,
-                        seconds=args.seconds, guard_mode=args.guard)
+                        seconds=args.seconds, guard_mode=args.guard, bridge_postgres=args.bridge_postgres)
     print(report(main_run, command), flush=True)
     replicated = None
     if args.replicas:
         many = run_load(args.conversations, args.turns, idle_seconds=args.idle, model_keep_alive=args.model_keep_alive,
-                        seconds=args.seconds, guard_mode=args.guard, replicas=args.replicas)
+                        seconds=args.seconds, guard_mode=args.guard, replicas=args.replicas,
+                        bridge_postgres=args.bridge_postgres)
         replicated = (args.replicas, many)
     text = report(main_run, command, replicated)
     if replicated is not None:

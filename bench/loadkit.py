@@ -224,16 +224,35 @@ class Child:
 
 def gateway_config(model_url: str, mcp_url: str, *, label: str = "load-model", idle_seconds: float = 300,
                    guard_mode: str | None = "enforce", extra_routes: list[dict[str, Any]] | None = None,
-                   extra_upstreams: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                   extra_upstreams: list[dict[str, Any]] | None = None,
+                   bridge_store: tuple[str, str] | None = None) -> dict[str, Any]:
     """Route `assistant`: prompt_guard (unless `guard_mode` is None), then mcp_bridge on the counted
-    server; the model is told `label`."""
+    server; the model is told `label`. With `bridge_store` = (database, front URL), the gateway's
+    Bridge keeps its store there and federates the counted server as bridge `b1`, and the route
+    calls `echo` through that Bridge (at `front`/mcp/b1: so every echo is audited) while `count`
+    stays on the conversation's own MCP session."""
     guard = [{"type": "prompt_guard", "mode": guard_mode}] if guard_mode else []
     bridge = {"type": "mcp_bridge", "id": "tools", "endpoint": mcp_url + "/mcp", "toolFilter": ["count", "echo"],
               "sessionIdleSeconds": idle_seconds}
+    tools = [bridge]
+    config: dict[str, Any] = {"auth": {"mode": "none"}}
+    if bridge_store is not None:
+        database, front = bridge_store
+        tools = [{**bridge, "toolFilter": ["count"]},
+                 {**bridge, "id": "audited", "endpoint": front + "/mcp/b1", "toolFilter": ["echo"]}]
+        config["bridge"] = {
+            "database": database,
+            "connections": [{"id": "counted", "owner": "anonymous", "endpoint": mcp_url + "/mcp", "prefix": ""}],
+            "bridges": [{"id": "b1", "owner": "anonymous", "connections": ["counted"]}],
+            "sessionIdleSeconds": idle_seconds,
+            # every conversation reaches the Bridge as the one anonymous caller (auth off): a single
+            # tenant's limits, not the per-caller defaults made to keep tenants apart
+            "limits": {"sessionsPerCaller": 1000, "outboundPerCaller": 256},
+        }
     return {
-        "auth": {"mode": "none"},
+        **config,
         "upstreams": [{"name": "model", "kind": "openai", "api_base": model_url + "/v1"}, *(extra_upstreams or [])],
-        "routes": [{"model": "assistant", "upstream": "model", "upstream_model": label, "plugins": [*guard, bridge]},
+        "routes": [{"model": "assistant", "upstream": "model", "upstream_model": label, "plugins": [*guard, *tools]},
                    *(extra_routes or [])],
     }
 
@@ -241,7 +260,7 @@ def gateway_config(model_url: str, mcp_url: str, *, label: str = "load-model", i
 class Gateway:
     """A real `toolgate serve` process on a free loopback port, ready once `/readyz` answers 200."""
 
-    def __init__(self, config: dict[str, Any], *, log_level: str = "info") -> None:
+    def __init__(self, config: dict[str, Any], *, log_level: str = "info", port: int = 0) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="toolgate-load-")
         path = Path(self._dir.name) / "toolgate.yaml"
         config = {**config, "server": {**config.get("server", {}), "log_level": log_level}}
@@ -249,7 +268,7 @@ class Gateway:
         self.log_path = Path(self._dir.name) / "gateway.log"
         self._log = self.log_path.open("wb")
         self.url = ""
-        argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--port", "0"]
+        argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--port", str(port)]
         self.process = subprocess.Popen(argv, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
@@ -309,10 +328,12 @@ class Replicated:
     """`n` `toolgate serve` processes on one config behind the real HAProxy with deploy/haproxy.cfg
     (tests/support/haproxy.py); what bench/load.py needs of a `Gateway`, for the whole group."""
 
-    def __init__(self, config: dict[str, Any], n: int) -> None:
+    def __init__(self, config: dict[str, Any], n: int, *, port: int | None = None) -> None:
         self.gateways = [Gateway(config) for _ in range(n)]
         self.proxy: Any = None
         self.url = ""
+        self.port = port
+        """HAProxy's port (None: a free one)."""
 
     def wait_ready(self, timeout: float = 60.0) -> "Replicated":
         from tests.support.haproxy import HaProxy
@@ -320,7 +341,7 @@ class Replicated:
         try:
             for gateway in self.gateways:
                 gateway.wait_ready(timeout)
-            self.proxy = HaProxy([g.url for g in self.gateways]).wait_ready(timeout)
+            self.proxy = HaProxy([g.url for g in self.gateways], port=self.port).wait_ready(timeout)
         except BaseException:
             self.stop()
             raise

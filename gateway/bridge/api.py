@@ -5,8 +5,8 @@
     GET    /bridges/{id}                one bridge, with its pipeline names
     PATCH  /bridges/{id}                {connections}: the connections it federates
     DELETE /bridges/{id}
-    GET    /bridges/{id}/graph          the saved graph (an empty one before the first save)
-    PUT    /bridges/{id}/graph          validate (F8) and save (F12)
+    GET    /bridges/{id}/graph          the saved graph (an empty one before the first save); ETag: its version
+    PUT    /bridges/{id}/graph          validate (F8) and save (F12); with If-Match: only over that version (S2)
     GET    /connections                 the caller's connections (no secret references)
     POST   /connections                 {id, owner?, endpoint, prefix?, authHeaderName?, authSecret?}
                                         (endpoint within `apiEndpointAllowList`; the credential is
@@ -41,7 +41,7 @@ from gateway.bridge.limits import BridgeLimits
 from gateway.bridge.naming import prefix_problems
 from gateway.bridge.records import AuditAction, AuditRecord, BridgeRecord, ConnectionRecord
 from gateway.bridge.sealing import Sealer
-from gateway.bridge.store import BridgeStore
+from gateway.bridge.store import BridgeStore, GraphConflict
 from gateway.bridge.tenancy import may_hold
 from gateway.bridge.upstream import Upstreams
 from gateway.bridge.validation import GraphInvalid, GraphProblem, parse_graph
@@ -177,13 +177,18 @@ class BridgeApi:
     async def get_graph(self, request: Request) -> Response:
         """GET /bridges/{id}/graph: the graph as saved."""
         _, bridge = await self._bridge(request)
-        data = await self._store.load_graph(bridge.id)
-        return JSONResponse(data if data is not None else empty_graph().dump())
+        saved = await self._store.saved_graph(bridge.id)
+        data = saved.graph if saved is not None else empty_graph().dump()
+        return JSONResponse(data, headers={"etag": _etag(saved.version if saved is not None else 0)})
 
     async def put_graph(self, request: Request) -> Response:
-        """PUT /bridges/{id}/graph: validate (F8) and save (F12); the save is audited with its editor."""
+        """PUT /bridges/{id}/graph: validate (F8) and save (F12); the save is audited with its editor.
+        `If-Match: "<version>"` (the ETag of the graph the editor started from) saves only over that
+        version: an edit saved meanwhile, through any replica, makes it 409. Without it, the save
+        replaces whatever is there, as before."""
         started = time.perf_counter()
         caller, bridge = await self._bridge(request)
+        expected = _if_match(request.headers.get("if-match"))
         try:
             graph = parse_graph(await json_body(request), self._limits)
             foreign = tuple(
@@ -195,10 +200,17 @@ class BridgeApi:
                 raise GraphInvalid([GraphProblem("unknown connection", foreign, message)])
         except GraphInvalid as exc:
             raise GraphRejected(exc) from None
-        await self._store.save_graph(bridge.id, graph.dump(), time.time(), caller.actor_id)
+        try:
+            version = await self._store.save_graph(bridge.id, graph.dump(), time.time(), caller.actor_id, expected)
+        except GraphConflict as exc:
+            raise Conflict(
+                f"bridge {bridge.id}: the graph was saved by someone else meanwhile (version {exc.current}; this edit "
+                f"started from version {exc.expected}); GET it again, redo the edit, and save with If-Match: "
+                f"{_etag(exc.current)}"
+            ) from None
         shape = {"nodes": len(graph.nodes), "edges": len(graph.edges), "pipelines": [p.name for p in graph.pipelines]}
         self._record(change_record(caller, "bridge.graph_save", bridge.id, shape, started))
-        return JSONResponse(graph.dump())
+        return JSONResponse(graph.dump(), headers={"etag": _etag(version)})
 
     async def list_connections(self, request: Request) -> Response:
         """GET /connections: the caller's connections, without secret references."""
@@ -348,6 +360,21 @@ def change_record(caller: CallerScope, action: AuditAction, resource: str, args:
         resource=resource, scope=f"{kind}:{resource}", mutating=True, args=args, status="success",
         duration_ms=(time.perf_counter() - started) * 1000,
     )
+
+
+def _etag(version: int) -> str:
+    """A graph version as an ETag (0: none saved yet)."""
+    return f'"{version}"'
+
+
+def _if_match(value: str | None) -> int | None:
+    """The version an If-Match header names (None: no header, or `*` — any graph)."""
+    if value is None or value.strip() == "*":
+        return None
+    tag = value.strip().removeprefix("W/")
+    if len(tag) < 3 or tag[0] != '"' or tag[-1] != '"' or not (tag[1:-1].isascii() and tag[1:-1].isdigit()):
+        raise BadRequest(f'If-Match: expected the graph\'s ETag, e.g. "3" (from GET …/graph), not {value[:40]!r}')
+    return int(tag[1:-1])
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -1,4 +1,5 @@
-"""`toolgate bridge validate GRAPH.json` and `toolgate audit list --config PATH ...` (G10, F5, F8).
+"""`toolgate bridge validate GRAPH.json`, `toolgate bridge migrate --config PATH` and
+`toolgate audit list --config PATH ...` (G10, F5, F8, S1).
 
 `register(subparsers)` adds both groups to the top-level `toolgate` parser.
 """
@@ -15,8 +16,8 @@ from typing import get_args
 
 from gateway.bridge.audit_api import parse_time
 from gateway.bridge.records import AuditAction, AuditQuery, AuditRecord
-from gateway.bridge.service import database_path
-from gateway.bridge.store import SqliteStore
+from gateway.bridge.config import BridgeConfig
+from gateway.bridge.store import BridgeStore, StoreUnavailable, is_postgres, open_store, sqlite_path
 from gateway.bridge.validation import GraphInvalid, parse_graph
 from gateway.config import load_checked
 
@@ -27,6 +28,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     validate = bridge.add_parser("validate", help="check a pipeline graph (F8); one line per problem")
     validate.add_argument("graph", help="path of the graph JSON")
     validate.set_defaults(func=validate_command)
+    migrate = bridge.add_parser("migrate", help="create or upgrade the Bridge database's schema, then exit (S1)")
+    migrate.add_argument("--config", required=True, help="the gateway's YAML config (names the Bridge database)")
+    migrate.add_argument("--database", default=None,
+                         help="another database URL, e.g. the schema owner's postgresql://owner@host/db "
+                              "(its password from PGPASSWORD or ~/.pgpass)")
+    migrate.set_defaults(func=migrate_command)
 
     audit = subparsers.add_parser("audit", help="the Bridge's audit log").add_subparsers(dest="audit_command", required=True)
     listing = audit.add_parser("list", help="list audit records, newest first")
@@ -80,18 +87,57 @@ def audit_list_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    path = database_path(config.bridge, config.base_dir)
-    if path != ":memory:" and not Path(path).exists():
-        print(f"{path}: no Bridge database yet", file=sys.stderr)
+    if not is_postgres(config.bridge.database):
+        path = sqlite_path(config.bridge.database, config.base_dir)
+        if path != ":memory:" and not Path(path).exists():
+            print(f"{path}: no Bridge database yet", file=sys.stderr)
+            return 2
+    try:
+        records = asyncio.run(_query(_store(config.bridge, config.base_dir), query))
+    except StoreUnavailable as exc:
+        print(str(exc), file=sys.stderr)
         return 2
-    records = asyncio.run(_query(path, query))
     for record in records:
         print(json.dumps(record.public()) if args.json else _line(record))
     return 0
 
 
-async def _query(path: str, query: AuditQuery) -> list[AuditRecord]:
-    store = SqliteStore(path)
+def migrate_command(args: argparse.Namespace) -> int:
+    """Open the config's Bridge database (or `--database`), which brings its schema up to date."""
+    config, problems = load_checked(args.config)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if config is None or problems:
+        return 2
+    if config.bridge is None:
+        print(f"{args.config}: no 'bridge' section", file=sys.stderr)
+        return 2
+    settings = config.bridge
+    if args.database is not None:
+        try:
+            settings = BridgeConfig.model_validate({"database": args.database})
+        except ValueError as exc:
+            print(f"--database: {exc}", file=sys.stderr)
+            return 2
+    try:
+        asyncio.run(_migrate(_store(settings, config.base_dir)))
+    except StoreUnavailable as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    print(f"{settings.database.split('@')[-1]}: schema up to date")
+    return 0
+
+
+def _store(settings: BridgeConfig, base_dir: Path) -> BridgeStore:
+    return open_store(settings.database, base_dir, password=settings.databasePassword, pool_size=1)
+
+
+async def _migrate(store: BridgeStore) -> None:
+    await store.open()
+    await store.close()
+
+
+async def _query(store: BridgeStore, query: AuditQuery) -> list[AuditRecord]:
     await store.open()
     try:
         return await store.query_audit(query)

@@ -89,12 +89,21 @@ class BridgeDecl(BaseModel):
 
 
 class BridgeConfig(BaseModel):
-    """The `bridge:` section. `database` is a SQLite file, relative to the config's folder."""
+    """The `bridge:` section. `database` is a SQLite file (relative to the config's folder) or a
+    PostgreSQL server shared by replicas (S1)."""
 
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True
-    database: str = "./toolgate.db"
+    database: str = Field(
+        default="./toolgate.db",
+        description="a SQLite file (a path, ':memory:' or sqlite:///path) or postgresql://user@host:port/db "
+        "(its password in databasePassword)",
+    )
+    databasePassword: SecretRef | None = Field(
+        default=None, description="the PostgreSQL role's password, by reference (env:NAME or file:PATH)"
+    )
+    databasePoolSize: int = Field(default=10, ge=1, le=200, description="PostgreSQL connections per replica at most")
     connections: list[ConnectionConfig] = Field(default_factory=list)
     bridges: list[BridgeDecl] = Field(default_factory=list)
     auditQueueSize: int = Field(default=10_000, ge=1, description="records waiting to be written; beyond: dropped")
@@ -121,6 +130,21 @@ class BridgeConfig(BaseModel):
         description="networks (CIDR) REST-made connections may reach although they are loopback, private, "
         "link-local or this host's own (e.g. 127.0.0.0/8 for a local setup); empty: none",
     )
+
+    @field_validator("database")
+    @classmethod
+    def _database(cls, value: str) -> str:
+        if "://" not in value:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in ("sqlite", "postgresql", "postgres"):
+            raise ValueError(f"{parts.scheme}://: expected a file path, sqlite:///path or postgresql://user@host:port/db")
+        if parts.scheme != "sqlite":
+            if parts.password is not None:
+                raise ValueError("no password in the URL: give it by reference in bridge.databasePassword")
+            if not parts.hostname or parts.path in ("", "/"):
+                raise ValueError("expected postgresql://user@host:port/db (a host and a database)")
+        return value
 
     @field_validator("apiEndpointAllowPrivate")
     @classmethod

@@ -104,3 +104,13 @@ class AuditQuery:
     before: int | None = None
     """Only records older than this `seq` (the next page of a newest-first listing)."""
     limit: int = 100
+
+
+@dataclass(frozen=True)
+class SavedGraph:
+    """A bridge's graph as stored: the JSON, its version (1 for the first save, +1 for each save
+    after; the REST API's ETag) and who saved it."""
+
+    graph: dict[str, Any]
+    version: int
+    saved_by: str | None

@@ -30,7 +30,7 @@ from gateway.bridge.gate import CallerGate
 from gateway.bridge.handlers import BridgeHandlers
 from gateway.bridge.offerings import Offerings
 from gateway.bridge.records import BridgeRecord, ConnectionRecord
-from gateway.bridge.store import BridgeStore, SqliteStore
+from gateway.bridge.store import BridgeStore, StoreUnavailable, open_store
 from gateway.bridge.upstream import Upstreams
 from gateway.bridge.sealing import Sealer
 from gateway.egress import EgressPolicy
@@ -40,14 +40,6 @@ from gateway.secrets import SecretSet, resolve_secret
 log = logging.getLogger("toolgate.bridge")
 
 Authenticate = Callable[[starlette.requests.Request], Awaitable[Identity]]
-
-
-def database_path(config: BridgeConfig, base_dir: pathlib.Path) -> str:
-    """The SQLite file of the config (relative paths are read from the config's folder)."""
-    if config.database == ":memory:":
-        return config.database
-    path = pathlib.Path(config.database).expanduser()
-    return str(path if path.is_absolute() else base_dir / path)
 
 
 class BridgeService:
@@ -72,7 +64,9 @@ class BridgeService:
         console's session cookie there, never on the MCP endpoint."""
         api_authenticate = api_authenticate or authenticate
         self.config = config
-        self.store: BridgeStore = store if store is not None else SqliteStore(database_path(config, base_dir))
+        self.store: BridgeStore = store if store is not None else open_store(
+            config.database, base_dir, password=config.databasePassword, secrets=secrets, pool_size=config.databasePoolSize
+        )
         egress = egress if egress is not None else EgressPolicy(config.apiEndpointAllowPrivate)
         sealer = Sealer(resolve_secret(config.secretKey, base_dir, secrets), secrets) if config.secretKey else None
         self.upstreams = Upstreams(
@@ -100,7 +94,11 @@ class BridgeService:
     async def start(self) -> None:
         """Open the store, load the YAML's connections and bridges, start the audit writer and the MCP manager."""
         stack = contextlib.AsyncExitStack()
-        await self.store.open()
+        try:
+            await self.store.open()
+        except StoreUnavailable as exc:  # `toolgate serve` then exits non-zero; say why in one line first
+            log.error("the Bridge cannot start: %s", exc)
+            raise
         stack.push_async_callback(self.store.close)
         await self._upsert_declared()
         self.audit.start()

@@ -1,45 +1,44 @@
-"""Where the Bridge keeps connections, bridges, graphs and the audit log.
+"""Where the Bridge keeps connections, bridges, graphs and the audit log (F5, S1).
 
-`BridgeStore` is the repository interface the rest of the Bridge uses; `SqliteStore` implements it
-on one SQLite file with stdlib `sqlite3`, every statement run off the event loop
-(`asyncio.to_thread`). The audit table refuses UPDATE and DELETE with triggers (F5).
+`BridgeStore` is the repository interface the rest of the Bridge uses. Two implement it:
+`SqliteStore` (store_sqlite.py: one file, one process) and `PostgresStore` (store_postgres.py:
+shared by every replica). `open_store` picks one from `bridge.database`:
+
+    ./toolgate.db, /var/lib/toolgate.db, :memory:                 SQLite
+    sqlite:///toolgate.db (relative), sqlite:////var/lib/toolgate.db    SQLite, SQLAlchemy's spelling
+    postgresql://user@host:5432/db                                         PostgreSQL
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sqlite3
-import threading
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any, Protocol, TypeVar
+import pathlib
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord
+from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, SavedGraph
+from gateway.errors import Unavailable
+from gateway.secrets import SecretSet, resolve_secret
 
-T = TypeVar("T")
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS connections (
-    id TEXT PRIMARY KEY, owner TEXT NOT NULL, endpoint TEXT NOT NULL,
-    auth_header_name TEXT, auth_secret TEXT, source TEXT NOT NULL, prefix TEXT);
-CREATE TABLE IF NOT EXISTS bridges (
-    id TEXT PRIMARY KEY, owner TEXT NOT NULL, connections TEXT NOT NULL, source TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS graphs (bridge_id TEXT PRIMARY KEY, graph TEXT NOT NULL, updated_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS audit (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, action TEXT NOT NULL, actor_id TEXT NOT NULL,
-    actor_email TEXT, resource TEXT NOT NULL, scope TEXT NOT NULL, mutating INTEGER NOT NULL,
-    args TEXT NOT NULL, status TEXT NOT NULL, duration_ms REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS audit_actor_ts ON audit (actor_id, ts);
-CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
-    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: UPDATE refused'); END;
-CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
-    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: DELETE refused'); END;
-"""
+
+class StoreUnavailable(Unavailable):
+    """The store cannot be reached (PostgreSQL down, a connection lost): 503 on the REST API. The
+    message names the server, never a password."""
+
+
+class GraphConflict(Exception):
+    """A save that named a version (`If-Match`) other than the one stored: someone else saved first."""
+
+    def __init__(self, bridge_id: str, expected: int, current: int) -> None:
+        super().__init__(f"bridge {bridge_id}: graph version {current} is stored, the save was based on {expected}")
+        self.expected = expected
+        self.current = current
 
 
 class BridgeStore(Protocol):
-    """The repository the Bridge talks to; a PostgreSQL one would implement the same methods."""
+    """The repository the Bridge talks to."""
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...
@@ -51,172 +50,67 @@ class BridgeStore(Protocol):
     async def get_bridge(self, bridge_id: str) -> BridgeRecord | None: ...
     async def list_bridges(self, owners: Sequence[str]) -> list[BridgeRecord]: ...
     async def delete_bridge(self, bridge_id: str) -> bool: ...
-    async def save_graph(self, bridge_id: str, graph: dict[str, Any], updated_at: float, saved_by: str | None = None) -> None: ...
+    async def save_graph(
+        self, bridge_id: str, graph: dict[str, Any], updated_at: float, saved_by: str | None = None,
+        expected_version: int | None = None,
+    ) -> int:
+        """Replace the graph whole and return its new version (1 for the first save). With
+        `expected_version` the save happens only if that version is the stored one (0: none saved
+        yet); otherwise `GraphConflict`."""
+        ...
+    async def saved_graph(self, bridge_id: str) -> SavedGraph | None: ...
     async def load_graph(self, bridge_id: str) -> dict[str, Any] | None: ...
     async def graph_saved_by(self, bridge_id: str) -> str | None: ...
     async def append_audit(self, records: Sequence[AuditRecord]) -> None: ...
     async def query_audit(self, query: AuditQuery) -> list[AuditRecord]: ...
 
 
-class SqliteStore:
-    """`BridgeStore` on one SQLite file (`:memory:` for a throw-away store)."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
-        self._db: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
-
-    async def open(self) -> None:
-        """Create the file, the tables and the append-only triggers if needed."""
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = await asyncio.to_thread(sqlite3.connect, self.path, check_same_thread=False, isolation_level=None)
-        def create(db: sqlite3.Connection) -> None:
-            db.execute("PRAGMA journal_mode=WAL").fetchall()  # an unread row would keep a statement open
-            db.executescript(_SCHEMA)
-            _add_column(db, "connections", "prefix", "TEXT")  # a store made before connections had a name prefix (F15)
-            _add_column(db, "graphs", "saved_by", "TEXT")  # a store made before graphs recorded their editor
-
-        await self._run(create)
-
-    async def close(self) -> None:
-        """Close the file once no statement is running; later calls fail."""
-        db, self._db = self._db, None
-        if db is not None:
-
-            def close() -> None:
-                with self._lock:
-                    db.close()
-
-            await asyncio.to_thread(close)
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def locked() -> T:
-            if self._db is None:
-                raise RuntimeError("the bridge store is not open")
-            with self._lock:
-                return fn(self._db)
-
-        return await asyncio.to_thread(locked)
-
-    async def upsert_connection(self, record: ConnectionRecord) -> None:
-        """Insert or replace a connection."""
-        sql = (
-            "INSERT OR REPLACE INTO connections (id, owner, endpoint, auth_header_name, auth_secret, source, prefix)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)"
-        )
-        row = (record.id, record.owner, record.endpoint, record.auth_header_name, record.auth_secret, record.source,
-               record.prefix)
-        await self._run(lambda db: db.execute(sql, row))
-
-    async def get_connection(self, connection_id: str) -> ConnectionRecord | None:
-        """One connection by id, whoever owns it."""
-        rows = await self._run(lambda db: db.execute("SELECT * FROM connections WHERE id = ?", (connection_id,)).fetchall())
-        return ConnectionRecord(*rows[0]) if rows else None
-
-    async def list_connections(self, owners: Sequence[str]) -> list[ConnectionRecord]:
-        """Connections owned by any of `owners`, by id."""
-        marks = ",".join("?" * len(owners)) or "NULL"
-        sql = f"SELECT * FROM connections WHERE owner IN ({marks}) ORDER BY id"
-        rows = await self._run(lambda db: db.execute(sql, tuple(owners)).fetchall())
-        return [ConnectionRecord(*row) for row in rows]
-
-    async def delete_connection(self, connection_id: str) -> bool:
-        """Remove a connection; True if it existed."""
-        cur = await self._run(lambda db: db.execute("DELETE FROM connections WHERE id = ?", (connection_id,)))
-        return cur.rowcount > 0
-
-    async def upsert_bridge(self, record: BridgeRecord) -> None:
-        """Insert or replace a bridge (its graph is kept)."""
-        row = (record.id, record.owner, json.dumps(list(record.connections)), record.source)
-        await self._run(lambda db: db.execute("INSERT OR REPLACE INTO bridges VALUES (?, ?, ?, ?)", row))
-
-    async def get_bridge(self, bridge_id: str) -> BridgeRecord | None:
-        """One bridge by id, whoever owns it."""
-        rows = await self._run(lambda db: db.execute("SELECT * FROM bridges WHERE id = ?", (bridge_id,)).fetchall())
-        return _bridge(rows[0]) if rows else None
-
-    async def list_bridges(self, owners: Sequence[str]) -> list[BridgeRecord]:
-        """Bridges owned by any of `owners`, by id."""
-        marks = ",".join("?" * len(owners)) or "NULL"
-        sql = f"SELECT * FROM bridges WHERE owner IN ({marks}) ORDER BY id"
-        rows = await self._run(lambda db: db.execute(sql, tuple(owners)).fetchall())
-        return [_bridge(row) for row in rows]
-
-    async def delete_bridge(self, bridge_id: str) -> bool:
-        """Remove a bridge and its graph; True if it existed."""
-
-        def delete(db: sqlite3.Connection) -> int:
-            db.execute("DELETE FROM graphs WHERE bridge_id = ?", (bridge_id,))
-            return db.execute("DELETE FROM bridges WHERE id = ?", (bridge_id,)).rowcount
-
-        return await self._run(delete) > 0
-
-    async def save_graph(self, bridge_id: str, graph: dict[str, Any], updated_at: float, saved_by: str | None = None) -> None:
-        """Replace a bridge's graph (validated by the caller); `saved_by` is the editor's actor id."""
-        row = (bridge_id, json.dumps(graph), updated_at, saved_by)
-        sql = "INSERT OR REPLACE INTO graphs (bridge_id, graph, updated_at, saved_by) VALUES (?, ?, ?, ?)"
-        await self._run(lambda db: db.execute(sql, row))
-
-    async def graph_saved_by(self, bridge_id: str) -> str | None:
-        """The actor id of whoever saved the bridge's graph last (None before a save, or unrecorded)."""
-        sql = "SELECT saved_by FROM graphs WHERE bridge_id = ?"
-        rows = await self._run(lambda db: db.execute(sql, (bridge_id,)).fetchall())
-        return rows[0][0] if rows else None
-
-    async def load_graph(self, bridge_id: str) -> dict[str, Any] | None:
-        """A bridge's graph as saved, or None."""
-        sql = "SELECT graph FROM graphs WHERE bridge_id = ?"
-        rows = await self._run(lambda db: db.execute(sql, (bridge_id,)).fetchall())
-        return json.loads(rows[0][0]) if rows else None
-
-    async def append_audit(self, records: Sequence[AuditRecord]) -> None:
-        """Append records in one transaction."""
-        sql = (
-            "INSERT INTO audit (ts, action, actor_id, actor_email, resource, scope, mutating, args, status,"
-            " duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        )
-        rows = [
-            (r.ts, r.action, r.actor_id, r.actor_email, r.resource, r.scope, int(r.mutating), json.dumps(r.args),
-             r.status, r.duration_ms)
-            for r in records
-        ]
-
-        def insert(db: sqlite3.Connection) -> None:
-            with db:
-                db.execute("BEGIN")
-                db.executemany(sql, rows)
-
-        await self._run(insert)
-
-    async def query_audit(self, query: AuditQuery) -> list[AuditRecord]:
-        """An actor's records (all actors when `actor_id` is None), newest first."""
-        where, params = ["1 = 1"], []
-        for column, op, value in (
-            ("actor_id", "=", query.actor_id), ("ts", ">=", query.since), ("ts", "<", query.until),
-            ("action", "=", query.action), ("resource", "=", query.resource), ("status", "=", query.status),
-            ("scope", "=", query.scope), ("seq", "<", query.before),
-        ):
-            if value is not None:
-                where.append(f"{column} {op} ?")
-                params.append(value)
-        sql = f"SELECT * FROM audit WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?"
-        params.append(query.limit)
-        rows = await self._run(lambda db: db.execute(sql, tuple(params)).fetchall())
-        return [_audit(row) for row in rows]
+def is_postgres(database: str) -> bool:
+    """Does `bridge.database` name a PostgreSQL server?"""
+    return database.startswith(POSTGRES_SCHEMES)
 
 
-def _add_column(db: sqlite3.Connection, table: str, column: str, kind: str) -> None:
-    """Add `column` to a table of a store made before it existed (no-op when it is there)."""
-    columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})").fetchall()}
-    if column not in columns:
-        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+def sqlite_path(database: str, base_dir: pathlib.Path) -> str:
+    """The SQLite file `bridge.database` names (relative paths are read from the config's folder)."""
+    if database == ":memory:":
+        return database
+    path = pathlib.Path(database.removeprefix("sqlite:///")).expanduser()
+    return str(path if path.is_absolute() else base_dir / path)
 
 
-def _bridge(row: tuple[Any, ...]) -> BridgeRecord:
+def open_store(
+    database: str, base_dir: pathlib.Path, *, password: str | None = None, secrets: SecretSet | None = None,
+    pool_size: int = 10,
+) -> BridgeStore:
+    """The store `database` names (not opened yet). `password` is a secret reference (`env:`/`file:`),
+    read now; its value is added to `secrets` so that no log or error shows it."""
+    if is_postgres(database):
+        from gateway.bridge.store_postgres import PostgresStore  # asyncpg is loaded only when used
+
+        value = resolve_secret(password, base_dir, secrets) if password is not None else None
+        return PostgresStore(database, password=value, pool_size=pool_size)
+    from gateway.bridge.store_sqlite import SqliteStore
+
+    return SqliteStore(sqlite_path(database, base_dir))
+
+
+def bridge_from_row(row: Sequence[Any]) -> BridgeRecord:
+    """A `bridges` row (id, owner, connections as JSON, source) of either store."""
     return BridgeRecord(row[0], row[1], tuple(json.loads(row[2])), row[3])
 
 
-def _audit(row: tuple[Any, ...]) -> AuditRecord:
+def audit_from_row(row: Sequence[Any]) -> AuditRecord:
+    """An `audit` row (its columns in table order) of either store."""
     seq, ts, action, actor_id, email, resource, scope, mutating, args, status, duration = row
     return AuditRecord(ts, action, actor_id, email, resource, scope, bool(mutating), json.loads(args), status, duration, seq)
+
+
+def audit_filters(query: AuditQuery) -> list[tuple[str, str, Any]]:
+    """(column, operator, value) for each filter of `query` that is set; each store writes its own placeholders."""
+    return [
+        (column, op, value) for column, op, value in (
+            ("actor_id", "=", query.actor_id), ("ts", ">=", query.since), ("ts", "<", query.until),
+            ("action", "=", query.action), ("resource", "=", query.resource), ("status", "=", query.status),
+            ("scope", "=", query.scope), ("seq", "<", query.before),
+        ) if value is not None
+    ]

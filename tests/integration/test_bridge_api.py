@@ -12,7 +12,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gateway.bridge.config import BridgeConfig
 from gateway.bridge.records import ConnectionRecord
-from gateway.bridge.store import SqliteStore
+from gateway.bridge.store_sqlite import SqliteStore
 from tests.support import canary
 from tests.support.bridge_servers import (
     CallLog, bridge_app, edge, fan_in_graph, graph, mcp_http, node, pipeline, tool_node, tool_server,
@@ -196,3 +196,30 @@ async def test_connections_made_through_the_api_stay_within_the_endpoint_allow_l
     assert inside.status_code == 201
     assert names == {"declared"}, "a config connection is the operator's; an API one outside the list is left out"
     assert old.is_error and log.count("echo") == 0
+
+
+async def test_a_save_based_on_an_old_version_of_the_graph_is_refused_with_a_conflict(bridge: ServerThread) -> None:
+    # R: S2, F12 -- two editors start from the same version; the second save names it (If-Match) and loses whole
+    def passthrough(name: str) -> dict[str, Any]:
+        return graph([node("in1", "input", outputs=["q"]), node("out1", "output", inputs=["ctx"])],
+                     [edge("e1", "in1.q", "out1.ctx")], [pipeline(name)])
+
+    async with mcp_http("bob-key") as http:
+        url = f"{bridge.url}/bridges/bob-b/graph"
+        start = await http.get(url)
+        assert start.headers["etag"] == '"0"'  # nothing saved yet
+        first = await http.put(url, json=passthrough("first"), headers={"if-match": start.headers["etag"]})
+        assert first.status_code == 200 and first.headers["etag"] == '"1"'
+        late = await http.put(url, json=passthrough("late"), headers={"if-match": start.headers["etag"]})
+        assert late.status_code == 409
+        assert late.json()["error"]["message"] == (
+            "bridge bob-b: the graph was saved by someone else meanwhile (version 1; this edit started from "
+            'version 0); GET it again, redo the edit, and save with If-Match: "1"'
+        )
+        now = await http.get(url)
+        assert now.json() == passthrough("first") and now.headers["etag"] == '"1"'
+        blind = await http.put(url, json=passthrough("blind"))  # a client that sends no If-Match saves as before
+        assert blind.status_code == 200 and blind.headers["etag"] == '"2"'
+        bad = await http.put(url, json=passthrough("bad"), headers={"if-match": "yesterday"})
+        assert bad.status_code == 400 and "If-Match" in bad.json()["error"]["message"]
+        assert (await http.get(url)).json() == passthrough("blind")

@@ -15,7 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gateway.bridge.config import BridgeConfig
 from gateway.bridge.records import AuditRecord
-from gateway.bridge.store import SqliteStore
+from gateway.bridge.store_sqlite import SqliteStore
 from tests.support import canary
 from tests.support.bridge_servers import BridgeApp, CallLog, audit_flushed, bridge_app, fan_in_graph, mcp_http, tool_server
 from tests.support.http_server import ServerThread, serve

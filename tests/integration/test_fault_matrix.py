@@ -39,7 +39,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gateway.bridge.config import BridgeConfig
 from gateway.bridge.records import AuditRecord
-from gateway.bridge.store import SqliteStore
+from gateway.bridge.store_sqlite import SqliteStore
 from plugins.mcp_bridge import plugin as mcp_bridge_plugin
 from tests.support.bridge_servers import CallLog, bridge_app, mcp_http, tool_server
 from tests.support.faults import (

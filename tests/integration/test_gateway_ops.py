@@ -198,7 +198,7 @@ def test_the_canary_check_finds_a_secret_in_logs_responses_streams_metrics_audit
 
     from gateway.app import create_app
     from gateway.bridge.records import AuditRecord
-    from gateway.bridge.store import SqliteStore
+    from gateway.bridge.store_sqlite import SqliteStore
     from gateway.config import parse_config
     from gateway.plugins import Plugin
     from tests.support.http_server import serve

@@ -1,7 +1,10 @@
-"""Three `toolgate serve` replicas behind the real HAProxy with deploy/haproxy.cfg (S2): a
-conversation stays on one replica and keeps one MCP session (B14), SSE passes unbuffered, a
-replica lost costs only its conversations' sessions (rebuilt on the next call, B16), and a request
-that reached a replica is never sent again. Real processes on loopback."""
+"""Three `toolgate serve` replicas behind the real HAProxy with deploy/haproxy.cfg, their Bridge on
+one real PostgreSQL database (S1, S2): a conversation stays on one replica and keeps one MCP
+session (B14), SSE passes unbuffered, a replica lost costs only its conversations' sessions
+(rebuilt on the next call, B16), a request that reached a replica is never sent again (no tool call
+runs twice); a graph saved through one replica is served by all at once, two saves at once from
+one version give one winner and a 409, and the audit records of every replica are one log. Real
+processes on loopback."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from bench.load import drive
 from bench.loadkit import Gateway, gateway_config, tooling_model_app
-from tests.support import haproxy
+from tests.support import haproxy, postgres
 from tests.support.http_server import serve
 from tests.support.mcp_servers import McpServerState, http_app
 from tests.support.upstream import Reply, ScriptedUpstream
@@ -39,6 +42,9 @@ class Replicas:
     gateways: list[Gateway]
     mcp: McpServerState
     upstream: ScriptedUpstream
+    database: str
+    tools: McpServerState
+    """The MCP server behind the Bridge's connection `tools` (bridge `b1`, owner anonymous)."""
 
     def label(self, gateway: Gateway) -> str:
         return f"backend-{self.gateways.index(gateway)}"
@@ -47,9 +53,13 @@ class Replicas:
 @pytest.fixture
 def replicas() -> Iterator[Replicas]:
     haproxy.require()
-    state = McpServerState()
+    state, tools = McpServerState(), McpServerState()
     upstream = ScriptedUpstream()
-    with serve(http_app(state, legacy_only=True)) as mcp, serve(tooling_model_app()) as model, serve(upstream.app) as scripted:
+    with (
+        serve(http_app(state, legacy_only=True)) as mcp, serve(tooling_model_app()) as model,
+        serve(upstream.app) as scripted, serve(http_app(tools, legacy_only=True)) as bridged,
+        postgres.fresh_database_sync() as database,
+    ):
         scripted_upstream = {"name": "scripted", "kind": "openai", "api_base": scripted.url + "/v1",
                              "api_key": f"env:{UPSTREAM_KEY}"}
         gateways = []
@@ -62,13 +72,17 @@ def replicas() -> Iterator[Replicas]:
                 plain = {"model": "plain", "upstream": "scripted", "upstream_model": f"backend-{i}", "plugins": []}
                 config = gateway_config(model.url, mcp.url, label=f"backend-{i}", guard_mode=None,
                                         extra_routes=[plain, held], extra_upstreams=[scripted_upstream])
-                # the Bridge, anonymous (auth off: loopback callers only), its store in the replica's folder
-                config["bridge"] = {"enabled": True, "database": "bridge.db"}
+                # the Bridge, anonymous (auth off: loopback callers only), on one PostgreSQL database
+                config["bridge"] = {
+                    "enabled": True, "database": database,
+                    "connections": [{"id": "tools", "owner": "anonymous", "endpoint": bridged.url + "/mcp"}],
+                    "bridges": [{"id": "b1", "owner": "anonymous", "connections": ["tools"]}],
+                }
                 gateways.append(Gateway(config))
             for gateway in gateways:
                 gateway.wait_ready()
             proxy = haproxy.HaProxy([g.url for g in gateways]).wait_ready()
-            yield Replicas(proxy.url, proxy, gateways, state, upstream)
+            yield Replicas(proxy.url, proxy, gateways, state, upstream, database, tools)
         finally:
             upstream.release.set()
             if proxy is not None:
@@ -115,7 +129,7 @@ async def test_each_bridge_mcp_session_stays_on_the_replica_that_opened_it(repli
                 replicas.front + "/mcp", http_client=httpx2.AsyncClient(timeout=30)), mode="legacy")) for _ in range(6)]
             for _ in range(3):
                 for client in clients:
-                    assert (await client.list_tools()).tools == []  # no connections declared: no tools, but served
+                    assert "tools__count" in {t.name for t in (await client.list_tools()).tools}
     table = replicas.proxy.admin("show table bridge_mcp")
     owners = [line.split("server_key=")[1].split()[0] for line in table.splitlines() if "server_key=" in line]
     assert len(owners) == 12 and len(set(owners)) >= 2, table  # twelve sessions, on more than one replica
@@ -241,3 +255,108 @@ def test_a_console_browser_stays_on_the_replica_that_signed_it_in(replicas: Repl
     assert listed == [200] * 9
     assert changed.status_code == 404  # authenticated by the session (and its token), then not found
     assert pinned in ("r1", "r2", "r3")
+
+
+# -- one Bridge store for every replica (PostgreSQL) --------------------------------------------
+
+
+def passthrough(name: str, size: int = 0) -> dict[str, object]:
+    """A valid graph: one pipeline `name` from input to output; `size` extra unconnected output nodes
+    make it large enough that a torn save would show."""
+    extra = [{"id": f"o{i}", "kind": "output", "inputs": ["x"]} for i in range(size)]
+    return {"version": 1, "nodes": [{"id": "in1", "kind": "input", "outputs": ["q"]},
+                                    {"id": "out1", "kind": "output", "inputs": ["ctx"]}, *extra],
+            "edges": [{"id": "e1", "from": {"node": "in1", "port": "q"}, "to": {"node": "out1", "port": "ctx"}}],
+            "pipelines": [{"id": f"p_{name}", "name": name, "inputNode": "in1", "outputNode": "out1"}]}
+
+
+async def tool_names(url: str) -> set[str]:
+    async with Client(streamable_http_client(url, http_client=httpx2.AsyncClient(timeout=30)), mode="legacy") as client:
+        return {t.name for t in (await client.list_tools()).tools}
+
+
+async def test_a_graph_saved_through_one_replica_is_served_by_every_replica_at_once(replicas: Replicas) -> None:
+    # R: S2, S1, F12
+    a, b, c = (g.url for g in replicas.gateways)
+    with httpx2.Client(timeout=30) as http:
+        saved = http.put(a + "/bridges/b1/graph", json=passthrough("relay"))
+        assert saved.status_code == 200, saved.text
+        for other in (b, c):  # no cache to expire: the next read on any replica sees it
+            answer = http.get(other + "/bridges/b1/graph")
+            assert answer.json() == passthrough("relay") and answer.headers["etag"] == saved.headers["etag"]
+    for other in (b, c):
+        assert {"relay", "tools__count"} <= await tool_names(other + "/mcp/b1")
+
+
+async def test_two_replicas_saving_one_graph_at_once_give_one_whole_winner_and_a_conflict(replicas: Replicas) -> None:
+    # R: S2
+    a, b, c = (g.url for g in replicas.gateways)
+    async with httpx2.AsyncClient(timeout=30) as http:
+        start = await http.put(a + "/bridges/b1/graph", json=passthrough("start"))
+        tag = start.headers["etag"]
+        for round_ in range(5):  # several rounds: the two saves race for real
+            saves = await asyncio.gather(
+                http.put(a + "/bridges/b1/graph", json=passthrough(f"from_a_{round_}", 40), headers={"if-match": tag}),
+                http.put(b + "/bridges/b1/graph", json=passthrough(f"from_b_{round_}", 60), headers={"if-match": tag}),
+            )
+            assert sorted(s.status_code for s in saves) == [200, 409], [s.text for s in saves]
+            won, lost = sorted(saves, key=lambda s: s.status_code)
+            assert "saved by someone else meanwhile" in lost.json()["error"]["message"]
+            stored = await http.get(c + "/bridges/b1/graph")
+            assert stored.json() == json.loads(won.request.content)  # the winner's graph, whole
+            assert stored.headers["etag"] == won.headers["etag"]
+            tag = won.headers["etag"]
+
+
+async def test_the_audit_records_of_every_replica_are_one_log(replicas: Replicas) -> None:
+    # R: S2, S1, F5
+    for i, gateway in enumerate(replicas.gateways):
+        async with Client(streamable_http_client(gateway.url + "/mcp/b1", http_client=httpx2.AsyncClient(timeout=30)),
+                          mode="legacy") as client:
+            for _ in range(i + 1):
+                assert not (await client.call_tool("tools__count", {})).is_error
+    query = "SELECT count(*) FROM audit WHERE action = 'mcp.tool_call' AND resource = 'tools__count'"
+    assert wait_until(lambda: postgres.scalar(replicas.database, query) == 6, timeout=15)  # 1 + 2 + 3, one table
+    with httpx2.Client(timeout=30) as http:  # and any replica's GET /audit shows all of them
+        for gateway in replicas.gateways:
+            records = http.get(gateway.url + "/audit", params={"resource": "tools__count"}).json()["data"]
+            assert len(records) == 6
+
+
+def test_a_bridge_tool_call_that_reached_a_replica_is_never_run_again_by_the_load_balancer(replicas: Replicas) -> None:
+    # R: S2, B16 -- a session-less (2026-07-28) tools/call is one self-contained POST that any replica
+    # could run: when its replica dies mid-call, HAProxy answers with an error and does not send it
+    # to another replica (retry-on conn-failure only)
+    version = "2026-07-28"
+    meta = {"io.modelcontextprotocol/protocolVersion": version,
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json",
+               "mcp-protocol-version": version, "mcp-method": "tools/call", "mcp-name": "tools__count"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "tools__count", "arguments": {}, "_meta": meta}}
+    replicas.tools.delay = 60.0  # the tool holds until its replica is killed
+    outcome: list[httpx2.Response | Exception] = []
+
+    def call() -> None:
+        try:
+            with httpx2.Client(timeout=60) as http:
+                answer = http.post(replicas.front + "/mcp/b1", headers=headers, json=body)
+                answer.read()
+                outcome.append(answer)
+        except httpx2.HTTPError as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    assert replicas.tools.wait_for(lambda: replicas.tools.calls["count"] == 1, timeout=30)
+    busy = [name for name, n in replicas.proxy.in_flight("bridge_mcp").items() if n > 0]
+    assert len(busy) == 1, busy
+    replicas.gateways[int(busy[0].removeprefix("gateway-")) - 1].process.kill()
+    caller.join(60)
+    assert len(outcome) == 1
+    answer = outcome[0]
+    if isinstance(answer, httpx2.Response):  # 502 before the SSE stream began, else a stream cut short
+        assert answer.status_code == 502 or '"result"' not in answer.text, answer.text
+    with replicas.tools.cond:
+        assert replicas.tools.calls["count"] == 1  # its answer came back without a second run anywhere

@@ -276,9 +276,9 @@ def after_stop(app: Any) -> None:
         registry = gateway.metrics.registry
         settings = gateway.config.bridge
         if settings is not None and settings.enabled:
-            from gateway.bridge.service import database_path
+            from gateway.bridge.store import is_postgres, sqlite_path
 
-            database = database_path(settings, gateway.config.base_dir)
+            database = None if is_postgres(settings.database) else sqlite_path(settings.database, gateway.config.base_dir)
     elif bridge is not None:
         registry, database = bridge.registry, getattr(bridge.service.store, "path", None)
     if registry is not None:
@@ -306,7 +306,7 @@ def scan_database(path: str) -> None:
 
 def _record_audit_appends() -> None:
     """Search every audit record any `SqliteStore` appends (in-memory stores included)."""
-    from gateway.bridge.store import SqliteStore
+    from gateway.bridge.store_sqlite import SqliteStore
 
     original = SqliteStore.append_audit
     if getattr(original, "canary", False):

@@ -72,15 +72,15 @@ def _free_port() -> int:
 
 
 class HaProxy:
-    """HAProxy on a free loopback port in front of `replicas` (base URLs), started at once."""
+    """HAProxy on a loopback port (`port`, else a free one) in front of `replicas` (base URLs), started at once."""
 
-    def __init__(self, replicas: list[str]) -> None:
+    def __init__(self, replicas: list[str], port: int | None = None) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="toolgate-haproxy-")
         folder = Path(self._dir.name)
         self.socket_path = folder / "admin.sock"
         self.config_path = folder / "haproxy.cfg"
         self.log_path = folder / "haproxy.log"
-        self.port = _free_port()
+        self.port = port if port is not None else _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config_path.write_text(render(CONFIG.read_text(), self.port, replicas, self.socket_path))
         self._log = self.log_path.open("wb")
@@ -101,9 +101,16 @@ class HaProxy:
 
     def states(self, backend: str = "replicas") -> dict[str, str]:
         """Server name → status (`UP`, `DOWN`, …) in `backend`, from `show stat`."""
+        return self._servers(backend, "status")
+
+    def in_flight(self, backend: str = "replicas") -> dict[str, int]:
+        """Server name → requests it is serving now (`scur` of `show stat`) in `backend`."""
+        return {name: int(value or 0) for name, value in self._servers(backend, "scur").items()}
+
+    def _servers(self, backend: str, column: str) -> dict[str, str]:
         text = self.admin("show stat").lstrip("# ")
         rows = csv.DictReader(io.StringIO(text))
-        return {row["svname"]: row["status"] for row in rows
+        return {row["svname"]: row[column] for row in rows
                 if row["pxname"] == backend and row["svname"] not in ("FRONTEND", "BACKEND")}
 
     def wait_ready(self, timeout: float = 30.0) -> "HaProxy":

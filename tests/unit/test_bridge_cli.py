@@ -1,4 +1,4 @@
-"""`toolgate bridge validate` and `toolgate audit list` (G10, F5, F8)."""
+"""`toolgate bridge validate`, `toolgate bridge migrate` and `toolgate audit list` (G10, F5, F8, S1)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ import pytest
 
 from gateway.bridge.cli import register
 from gateway.bridge.records import AuditRecord
-from gateway.bridge.store import SqliteStore
+from gateway.bridge.store_postgres import LATEST, PostgresStore
+from gateway.bridge.store_sqlite import SqliteStore
+from tests.support import postgres
 from tests.support.bridge_servers import edge, fan_in_graph
+from tests.support.faults import free_port
 
 
 def run(argv: list[str]) -> int:
@@ -70,3 +73,37 @@ def test_audit_list_reads_the_store_named_in_the_config(tmp_path: Path, capsys: 
     assert [(r["actor"]["id"], r["resource"], r["status"]) for r in lines] == [("bob", "find", "failure")]
     assert run(["audit", "list", "--config", str(config), "--since", "1970-01-01T00:00:01.5Z"]) == 0
     assert "find" in capsys.readouterr().out
+
+
+def test_bridge_migrate_then_audit_list_on_postgresql(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # R: S1, F5
+    with postgres.fresh_database_sync() as url:
+        config = tmp_path / "toolgate.yaml"
+        config.write_text(
+            f"upstreams: [{{name: u, kind: inspect}}]\nroutes: [{{model: m, upstream: u}}]\nbridge: {{database: '{url}'}}\n"
+        )
+        assert run(["bridge", "migrate", "--config", str(config)]) == 0
+        assert capsys.readouterr().out.endswith(": schema up to date\n")
+        assert postgres.scalar(url, "SELECT max(version) FROM toolgate_schema") == LATEST
+
+        async def seed() -> None:
+            store = PostgresStore(url)
+            await store.open()
+            await store.append_audit([AuditRecord(1.0, "mcp.tool_call", "alice", None, "gh__echo", "federation", False,
+                                                  {}, "success", 2.0)])
+            await store.close()
+
+        asyncio.run(seed())
+        assert run(["audit", "list", "--config", str(config), "--json"]) == 0
+        assert [json.loads(line)["resource"] for line in capsys.readouterr().out.splitlines()] == ["gh__echo"]
+
+
+def test_bridge_migrate_on_an_unreachable_server_says_so_and_exits_non_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # R: S1
+    port = free_port()
+    config = tmp_path / "toolgate.yaml"
+    config.write_text("upstreams: [{name: u, kind: inspect}]\nroutes: [{model: m, upstream: u}]\nbridge: {database: bridge.db}\n")
+    assert run(["bridge", "migrate", "--config", str(config), "--database", f"postgresql://o@127.0.0.1:{port}/db"]) == 1
+    assert capsys.readouterr().err.startswith(f"bridge.database: cannot reach PostgreSQL at 127.0.0.1:{port}/db: ")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -39,3 +41,32 @@ def test_an_allow_list_entry_that_is_not_an_http_url_is_a_config_error() -> None
     # R: F3
     with pytest.raises(ValidationError, match="expected an http\\(s\\) URL with a host"):
         BridgeConfig(apiEndpointAllowList=["mcp.example.com"])
+
+
+@pytest.mark.parametrize(
+    ("database", "problem"),
+    [
+        ("postgresql://toolgate:hunter2-secret@db:5432/toolgate", "no password in the URL: give it by reference"),
+        ("mysql://toolgate@db/toolgate", "expected a file path, sqlite:///path or postgresql://"),
+        ("postgresql://toolgate@db:5432", "a host and a database"),
+    ],
+)
+def test_a_database_url_with_a_password_or_an_unknown_kind_is_refused_without_echoing_it(database: str, problem: str) -> None:
+    # R: S1, G8
+    with pytest.raises(ValidationError) as refused:
+        BridgeConfig.model_validate({"database": database})
+    assert problem in str(refused.value.errors()[0]["msg"])
+    assert "hunter2" not in str(refused.value.errors()[0]["msg"])
+
+
+def test_the_database_names_a_sqlite_file_or_a_postgresql_server(tmp_path: Path) -> None:
+    # R: S1
+    from gateway.bridge.store import is_postgres, sqlite_path
+
+    assert sqlite_path("sqlite:///rel.db", tmp_path) == str(tmp_path / "rel.db")
+    assert sqlite_path("sqlite:////abs/x.db", tmp_path) == "/abs/x.db"
+    assert sqlite_path("./t.db", tmp_path) == str(tmp_path / "t.db") and sqlite_path(":memory:", tmp_path) == ":memory:"
+    config = BridgeConfig.model_validate({"database": "postgresql://toolgate@db:5432/toolgate", "databasePassword": "env:PG"})
+    assert is_postgres(config.database) and not is_postgres("sqlite:///x.db")
+    with pytest.raises(ValidationError, match="secret reference"):
+        BridgeConfig.model_validate({"database": "postgresql://toolgate@db/toolgate", "databasePassword": "hunter2"})

@@ -1,46 +1,116 @@
-"""The SQLite store: append-only audit table, per-owner queries, and the audit writer's queue (F5)."""
+"""The Bridge store, SQLite and PostgreSQL alike (S1): append-only audit table, per-owner queries,
+versioned graph saves; the PostgreSQL schema's migrations and privileges; the audit writer's queue (F5).
+
+The `store` fixture runs each test once on a SQLite file and once on a fresh database of the real
+PostgreSQL server (tests/support/postgres.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import secrets
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
+import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
 from gateway.bridge.audit import AuditWriter
 from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord
-from gateway.bridge.store import SqliteStore
+from gateway.bridge.store import BridgeStore, GraphConflict, StoreUnavailable, open_store
+from gateway.bridge.store_postgres import MIGRATIONS, PostgresStore
+from gateway.bridge.store_sqlite import SqliteStore
+from tests.support import postgres
+from tests.support.faults import free_port
 
 
 def record(actor: str = "alice", resource: str = "gh__echo", ts: float = 1000.0, status: str = "success") -> AuditRecord:
     return AuditRecord(ts, "mcp.tool_call", actor, f"{actor}@x.test", resource, "federation", False, {"q": "x"}, status, 1.5)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    db = SqliteStore(tmp_path / "bridge.db")
-    await db.open()
-    yield db
-    await db.close()
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BridgeStore]:
+    async with contextlib.AsyncExitStack() as stack:
+        if request.param == "sqlite":
+            database = str(tmp_path / "bridge.db")
+        else:
+            database = await stack.enter_async_context(postgres.fresh_database())
+        db = open_store(database, tmp_path)
+        await db.open()
+        stack.push_async_callback(db.close)
+        yield db
 
 
-async def test_update_and_delete_on_the_audit_table_fail(store: SqliteStore) -> None:
-    # R: F5
+async def raw_execute(store: BridgeStore, sql: str) -> None:
+    """Run `sql` past the store, on its own connection to the same database (as the store's own role)."""
+    if isinstance(store, SqliteStore):
+        raw = sqlite3.connect(store.path)
+        try:
+            raw.execute(sql)
+        finally:
+            raw.close()
+    else:
+        conn = await asyncpg.connect(store.url)  # type: ignore[attr-defined]
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+
+async def test_update_and_delete_on_the_audit_table_fail(store: BridgeStore) -> None:
+    # R: F5, S1 -- the trigger refuses them whoever asks (on PostgreSQL: the superuser that owns the table)
     await store.append_audit([record()])
-    raw = sqlite3.connect(store.path)
-    with pytest.raises(sqlite3.DatabaseError, match="append-only: UPDATE refused"):
-        raw.execute("UPDATE audit SET status = 'success'")
-    with pytest.raises(sqlite3.DatabaseError, match="append-only: DELETE refused"):
-        raw.execute("DELETE FROM audit")
-    raw.close()
+    for statement in ("UPDATE", "DELETE"):
+        sql = "UPDATE audit SET status = 'success'" if statement == "UPDATE" else "DELETE FROM audit"
+        with pytest.raises((sqlite3.DatabaseError, asyncpg.PostgresError), match=f"append-only: {statement} refused"):
+            await raw_execute(store, sql)
+    if not isinstance(store, SqliteStore):
+        with pytest.raises(asyncpg.PostgresError, match="append-only: TRUNCATE refused"):
+            await raw_execute(store, "TRUNCATE audit")
     assert len(await store.query_audit(AuditQuery(actor_id="alice"))) == 1
 
 
-async def test_audit_queries_filter_by_actor_time_resource_and_status(store: SqliteStore) -> None:
-    # R: F5
+async def test_graph_saves_are_versioned_and_a_save_based_on_an_old_version_is_refused(store: BridgeStore) -> None:
+    # R: S2, F12
+    await store.upsert_bridge(BridgeRecord("b1", "alice"))
+    first = {"nodes": [], "edges": [], "pipelines": [], "tag": "first"}
+    assert await store.saved_graph("b1") is None
+    assert await store.save_graph("b1", first, 1.0, "alice", expected_version=0) == 1
+    with pytest.raises(GraphConflict) as refused:
+        await store.save_graph("b1", {**first, "tag": "late"}, 2.0, "bob", expected_version=0)
+    assert (refused.value.expected, refused.value.current) == (0, 1)
+    assert await store.save_graph("b1", {**first, "tag": "second"}, 3.0, "bob", expected_version=1) == 2
+    assert await store.save_graph("b1", {**first, "tag": "blind"}, 4.0, "carol") == 3  # no version named: saved
+    with pytest.raises(GraphConflict):
+        await store.save_graph("b1", {**first, "tag": "stale"}, 5.0, "alice", expected_version=2)
+    saved = await store.saved_graph("b1")
+    assert saved is not None and (saved.graph["tag"], saved.version, saved.saved_by) == ("blind", 3, "carol")
+    assert await store.graph_saved_by("b1") == "carol"
+    assert (await store.load_graph("b1")) == saved.graph
+
+
+async def test_saves_at_once_based_on_one_version_store_exactly_one_graph_whole(store: BridgeStore) -> None:
+    # R: S2
+    await store.upsert_bridge(BridgeRecord("b1", "alice"))
+    nodes = [{"id": f"n{i}"} for i in range(50)]
+
+    async def save(editor: str) -> int | None:
+        try:
+            return await store.save_graph("b1", {"nodes": nodes, "editor": editor}, 1.0, editor, expected_version=0)
+        except GraphConflict:
+            return None
+
+    results = await asyncio.gather(*(save(f"editor-{i}") for i in range(8)))
+    assert sorted(results, key=lambda v: v or 0) == [None] * 7 + [1]
+    winner = f"editor-{results.index(1)}"
+    saved = await store.saved_graph("b1")
+    assert saved is not None and saved.graph == {"nodes": nodes, "editor": winner} and saved.saved_by == winner
+
+
+async def test_audit_queries_filter_by_actor_time_resource_and_status(store: BridgeStore) -> None:
+    # R: F5, S1
     await store.append_audit(
         [record(ts=1), record(ts=2, status="failure"), record(ts=3, resource="other"), record(actor="bob", ts=4)]
     )
@@ -53,8 +123,8 @@ async def test_audit_queries_filter_by_actor_time_resource_and_status(store: Sql
     assert [r.args for r in await store.query_audit(AuditQuery(actor_id="bob"))] == [{"q": "x"}]
 
 
-async def test_connections_and_bridges_are_listed_per_owner(store: SqliteStore) -> None:
-    # R: F2, F3
+async def test_connections_and_bridges_are_listed_per_owner(store: BridgeStore) -> None:
+    # R: F2, F3, S1
     await store.upsert_connection(ConnectionRecord("gh", "alice", "http://h/mcp", "Authorization", "env:GH", "config"))
     await store.upsert_connection(ConnectionRecord("wiki", "org:acme", "http://w/mcp"))
     await store.upsert_connection(ConnectionRecord("jira", "bob", "http://j/mcp"))
@@ -121,3 +191,86 @@ async def test_stopping_over_a_stuck_store_returns_and_counts_what_was_not_writt
     writer.submit(record(ts=301))
     dropped = {r: registry.get_sample_value("toolgate_audit_dropped_total", {"reason": r}) for r in ("shutdown", "stopped")}
     assert dropped == {"shutdown": 300, "stopped": 1}
+
+
+# -- PostgreSQL only: migrations, privileges --------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def gateway_role(url: str) -> AsyncIterator[str]:
+    """A login role set up as docs/deploy.md says for the gateway (CONNECT on the database, owns
+    nothing); yields the database URL as that role. Dropped after."""
+    role = f"toolgate_gw_{secrets.token_hex(4)}"
+    server, _, database = url.rpartition("/")
+    admin = await asyncpg.connect(server + "/postgres")
+    try:
+        await admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        await admin.execute(f'REVOKE CONNECT ON DATABASE "{database}" FROM PUBLIC')
+        await admin.execute(f'GRANT CONNECT ON DATABASE "{database}" TO "{role}"')
+        yield url.replace(f"//{postgres.USER}@", f"//{role}@")
+    finally:
+        await postgres.drop_database(url)  # its grants go with it; then the role can go
+        await admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+        await admin.close()
+
+
+async def test_replicas_starting_at_once_migrate_the_schema_once(tmp_path: Path) -> None:
+    # R: S1
+    async with postgres.fresh_database() as url:
+        stores = [PostgresStore(url, pool_size=2) for _ in range(6)]
+        await asyncio.gather(*(s.open() for s in stores))
+        try:
+            conn = await asyncpg.connect(url)
+            versions = await conn.fetch("SELECT version FROM toolgate_schema ORDER BY version")
+            await conn.close()
+            assert [v["version"] for v in versions] == [version for version, _ in MIGRATIONS]
+            await stores[0].append_audit([record()])
+            assert len(await stores[-1].query_audit(AuditQuery(actor_id="alice"))) == 1
+        finally:
+            await asyncio.gather(*(s.close() for s in stores))
+
+
+async def test_the_gateways_role_cannot_update_or_delete_audit_rows_but_uses_the_store(tmp_path: Path) -> None:
+    # R: S1, F5 -- by privileges: refused before the trigger is even asked
+    async with postgres.fresh_database() as url:
+        owner = PostgresStore(url)
+        await owner.open()  # the schema's owner migrates (`toolgate bridge migrate`)
+        await owner.close()
+        async with gateway_role(url) as as_gateway:
+            store = PostgresStore(as_gateway)
+            await store.open()  # the schema is current: nothing to change, so the role may start
+            try:
+                await store.upsert_connection(ConnectionRecord("gh", "alice", "http://h/mcp"))
+                await store.upsert_bridge(BridgeRecord("b1", "alice", ("gh",)))
+                assert await store.save_graph("b1", {"nodes": []}, 1.0, "alice") == 1
+                await store.append_audit([record()])
+                assert await store.delete_bridge("b1") and await store.delete_connection("gh")
+                conn = await asyncpg.connect(as_gateway)
+                try:
+                    for sql in ("UPDATE audit SET status = 'failure'", "DELETE FROM audit", "TRUNCATE audit",
+                                "ALTER TABLE audit DISABLE TRIGGER audit_append_only", "DROP TABLE audit"):
+                        with pytest.raises(asyncpg.InsufficientPrivilegeError, match="permission denied|must be owner"):
+                            await conn.execute(sql)
+                finally:
+                    await conn.close()
+                assert [r.status for r in await store.query_audit(AuditQuery(actor_id="alice"))] == ["success"]
+            finally:
+                await store.close()
+
+
+async def test_a_role_that_may_not_create_tables_on_an_empty_database_is_told_to_migrate(tmp_path: Path) -> None:
+    # R: S1
+    async with postgres.fresh_database() as url, gateway_role(url) as as_gateway:
+        store = PostgresStore(as_gateway)
+        with pytest.raises(StoreUnavailable) as refused:
+            await store.open()
+        assert "has schema version 0, this toolgate needs" in str(refused.value)
+        assert "run `toolgate bridge migrate` as the schema's owner" in str(refused.value)
+
+
+async def test_postgresql_down_at_open_is_a_clear_error_naming_the_server(tmp_path: Path) -> None:
+    # R: S1
+    port = free_port()
+    store = open_store(f"postgresql://toolgate@127.0.0.1:{port}/toolgate", tmp_path)
+    with pytest.raises(StoreUnavailable, match=rf"^bridge.database: cannot reach PostgreSQL at 127.0.0.1:{port}/toolgate: "):
+        await store.open()

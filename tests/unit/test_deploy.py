@@ -8,6 +8,7 @@ import re
 import shlex
 import subprocess
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Any
 
 import pytest
@@ -130,3 +131,15 @@ def test_the_deploy_docs_show_the_files_as_shipped() -> None:
     docs = (ROOT / "docs" / "deploy.md").read_text()
     for name in ("compose.yaml", "haproxy.cfg"):
         assert (DEPLOY / name).read_text() in docs, f"docs/deploy.md shows an old deploy/{name}"
+
+
+def test_the_replicas_share_the_compose_files_postgresql() -> None:
+    # R: S1, S3
+    services = _compose()["services"]
+    bridge = yaml.safe_load((DEPLOY / "toolgate.yaml").read_text())["bridge"]
+    url = urlsplit(bridge["database"])
+    postgres = services[url.hostname]["environment"]
+    assert (url.scheme, url.port, url.username, url.path) == ("postgresql", 5432, postgres["POSTGRES_USER"],
+                                                              "/" + postgres["POSTGRES_DB"])
+    assert bridge["databasePassword"] == "env:POSTGRES_PASSWORD"
+    assert "POSTGRES_PASSWORD" in services["gateway-1"]["environment"]

@@ -1,0 +1,333 @@
+"""`PostgresStore`: the Bridge store (store.py) on PostgreSQL, shared by every replica (S1, S2).
+
+- **Driver**: asyncpg (pinned in pyproject.toml; docs/deploy.md says why), with its own pool.
+- **Schema migrations**: numbered steps in `MIGRATIONS`, applied in order at `open()` and recorded
+  in `toolgate_schema`. All of it runs in one transaction under a transaction-level advisory lock,
+  so replicas starting at once apply each step exactly once and the others wait, then see it done.
+  A role that may not create tables can still start once the schema is current.
+- **Audit log append-only twice**: a statement trigger refuses UPDATE, DELETE and TRUNCATE on
+  `audit` for every role, its owner included; and the migration grants other roles SELECT and
+  INSERT on it only (docs/deploy.md: the gateway's role is not the owner).
+- **Batches**: `append_audit` writes the writer's batch (audit.py, up to 256) with one COPY.
+- **PostgreSQL lost**: a statement that cannot reach the server raises `StoreUnavailable` (503 on the
+  REST API; the audit writer drops and counts the batch); a read is tried once more on a fresh
+  connection, and when that fails too its last answer is served, so calls over bridges and
+  connections already seen go on (writes cannot happen meanwhile). The pool opens new connections
+  once the server is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import asyncpg
+
+from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, SavedGraph
+from gateway.bridge.store import GraphConflict, StoreUnavailable, audit_filters, audit_from_row, bridge_from_row
+
+log = logging.getLogger("toolgate.bridge.store")
+
+T = TypeVar("T")
+
+LOCK_KEY = 0x746F6F6C67617465  # "toolgate": the advisory lock that serialises migrations
+"""Held for the migration transaction only (`pg_advisory_xact_lock`)."""
+
+AUDIT_WAIT = 300.0
+"""Seconds the audit writer waits for a pooled connection (a server that is down fails at once)."""
+
+LAST_ANSWERS = 4096
+"""Reads remembered to answer while the server cannot be reached (least recently used dropped)."""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (1, """
+CREATE TABLE connections (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, endpoint TEXT NOT NULL,
+    auth_header_name TEXT, auth_secret TEXT, source TEXT NOT NULL, prefix TEXT);
+CREATE INDEX connections_owner ON connections (owner);
+CREATE TABLE bridges (id TEXT PRIMARY KEY, owner TEXT NOT NULL, connections TEXT NOT NULL, source TEXT NOT NULL);
+CREATE INDEX bridges_owner ON bridges (owner);
+CREATE TABLE graphs (
+    bridge_id TEXT PRIMARY KEY, graph TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL,
+    saved_by TEXT, version INTEGER NOT NULL);
+CREATE TABLE audit (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ts DOUBLE PRECISION NOT NULL, action TEXT NOT NULL,
+    actor_id TEXT NOT NULL, actor_email TEXT, resource TEXT NOT NULL, scope TEXT NOT NULL, mutating BOOLEAN NOT NULL,
+    args TEXT NOT NULL, status TEXT NOT NULL, duration_ms DOUBLE PRECISION NOT NULL);
+CREATE INDEX audit_actor_ts ON audit (actor_id, ts);
+CREATE FUNCTION toolgate_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'the audit log is append-only: % refused', TG_OP USING ERRCODE = 'insufficient_privilege';
+END $$;
+CREATE TRIGGER audit_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON audit
+    FOR EACH STATEMENT EXECUTE FUNCTION toolgate_audit_append_only();
+REVOKE ALL ON connections, bridges, graphs, audit, toolgate_schema FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON connections, bridges, graphs TO PUBLIC;
+GRANT SELECT, INSERT ON audit TO PUBLIC;
+GRANT SELECT ON toolgate_schema TO PUBLIC;
+"""),
+)
+"""(version, SQL). Never edit a shipped step: add the next one. The grants go to PUBLIC, i.e. every
+role that may connect to the database (docs/deploy.md: grant CONNECT to the gateway's role only)."""
+
+LATEST = MIGRATIONS[-1][0]
+
+_CONNECTION_LOST = (
+    OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
+    asyncpg.exceptions.OperatorInterventionError,  # the server shutting down, or not accepting connections yet
+)
+
+
+class PostgresStore:
+    """`BridgeStore` on the PostgreSQL server of `url` (`postgresql://user@host:port/db`)."""
+
+    def __init__(self, url: str, *, password: str | None = None, pool_size: int = 10,
+                 connect_timeout: float = 5.0, statement_timeout: float = 10.0) -> None:
+        self.url = url
+        self._password = password
+        self._pool_size = pool_size
+        self._connect_timeout = connect_timeout
+        self._statement_timeout = statement_timeout
+        self._pool: asyncpg.Pool | None = None
+        self._last: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+
+    @property
+    def where(self) -> str:
+        """The server and database, for messages (no user, no password)."""
+        parts = urlsplit(self.url)
+        return f"PostgreSQL at {parts.hostname or 'localhost'}:{parts.port or 5432}{parts.path or '/'}"
+
+    async def open(self) -> None:
+        """Connect the pool and bring the schema to `LATEST` (under the advisory lock)."""
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.url, password=self._password, min_size=1, max_size=self._pool_size,
+                timeout=self._connect_timeout, command_timeout=self._statement_timeout,
+            )
+        except _CONNECTION_LOST as exc:
+            raise StoreUnavailable(f"bridge.database: cannot reach {self.where}: {_reason(exc)}") from None
+        except asyncpg.PostgresError as exc:  # a wrong password, an unknown database or role
+            raise StoreUnavailable(f"bridge.database: {self.where} refused the connection: {exc}") from None
+        try:
+            await self._migrate()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _migrate(self) -> None:
+        assert self._pool is not None
+        async with self._pool.acquire(timeout=self._connect_timeout) as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_KEY)
+            if await conn.fetchval("SELECT to_regclass('toolgate_schema')") is None:
+                current = 0
+            else:
+                current = await conn.fetchval("SELECT coalesce(max(version), 0) FROM toolgate_schema")
+            if current > LATEST:
+                raise StoreUnavailable(
+                    f"bridge.database: {self.where} has schema version {current}, newer than this toolgate's "
+                    f"({LATEST}); run the newer toolgate"
+                )
+            try:
+                for version, sql in MIGRATIONS[current:]:
+                    if version == 1:
+                        await conn.execute(
+                            "CREATE TABLE toolgate_schema (version INTEGER PRIMARY KEY,"
+                            " applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                        )
+                    await conn.execute(sql)
+                    await conn.execute("INSERT INTO toolgate_schema (version) VALUES ($1)", version)
+                    log.info("bridge store: %s migrated to schema version %d", self.where, version)
+            except asyncpg.InsufficientPrivilegeError as exc:
+                raise StoreUnavailable(
+                    f"bridge.database: {self.where} has schema version {current}, this toolgate needs {LATEST}, "
+                    f"and this role may not change the schema ({exc}); run `toolgate bridge migrate` as the "
+                    "schema's owner (docs/deploy.md)"
+                ) from None
+
+    async def close(self) -> None:
+        """Close the pool (waiting for statements in progress, up to the statement timeout)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), self._statement_timeout)
+            except (TimeoutError, *_CONNECTION_LOST):
+                pool.terminate()
+
+    async def _run(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, wait: float | None = None) -> T:
+        """`fn` on a pooled connection; a server that cannot be reached, or no pooled connection free
+        within `wait` seconds (default: the connect timeout), is `StoreUnavailable`."""
+        if self._pool is None:
+            raise RuntimeError("the bridge store is not open")
+        try:
+            async with self._pool.acquire(timeout=self._connect_timeout if wait is None else wait) as conn:
+                return await fn(conn)
+        except _CONNECTION_LOST as exc:
+            raise StoreUnavailable(f"the Bridge store ({self.where}) cannot be reached: {_reason(exc)}") from None
+
+    async def _read(self, key: tuple[Any, ...], fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """A read: tried twice (the first connection may be one the server dropped), and when the
+        server cannot be reached, the last answer to the same read if there was one."""
+        try:
+            try:
+                value = await self._run(fn)
+            except StoreUnavailable:
+                value = await self._run(fn)
+        except StoreUnavailable:
+            if key in self._last:
+                log.warning("bridge store unreachable; %s served from its last answer", key[0])
+                return self._last[key]  # type: ignore[no-any-return]
+            raise
+        self._last[key] = value
+        self._last.move_to_end(key)
+        while len(self._last) > LAST_ANSWERS:
+            self._last.popitem(last=False)
+        return value
+
+    async def upsert_connection(self, record: ConnectionRecord) -> None:
+        """Insert or replace a connection."""
+        sql = (
+            "INSERT INTO connections (id, owner, endpoint, auth_header_name, auth_secret, source, prefix)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner,"
+            " endpoint = EXCLUDED.endpoint, auth_header_name = EXCLUDED.auth_header_name,"
+            " auth_secret = EXCLUDED.auth_secret, source = EXCLUDED.source, prefix = EXCLUDED.prefix"
+        )
+        row = (record.id, record.owner, record.endpoint, record.auth_header_name, record.auth_secret, record.source,
+               record.prefix)
+        await self._run(lambda db: db.execute(sql, *row))
+
+    async def get_connection(self, connection_id: str) -> ConnectionRecord | None:
+        """One connection by id, whoever owns it."""
+        sql = ("SELECT id, owner, endpoint, auth_header_name, auth_secret, source, prefix"
+               " FROM connections WHERE id = $1")
+        row = await self._read(("get_connection", connection_id), lambda db: db.fetchrow(sql, connection_id))
+        return ConnectionRecord(*row) if row is not None else None
+
+    async def list_connections(self, owners: Sequence[str]) -> list[ConnectionRecord]:
+        """Connections owned by any of `owners`, by id."""
+        sql = ("SELECT id, owner, endpoint, auth_header_name, auth_secret, source, prefix"
+               " FROM connections WHERE owner = ANY($1::text[]) ORDER BY id")
+        rows = await self._read(("list_connections", tuple(owners)), lambda db: db.fetch(sql, list(owners)))
+        return [ConnectionRecord(*row) for row in rows]
+
+    async def delete_connection(self, connection_id: str) -> bool:
+        """Remove a connection; True if it existed."""
+        status = await self._run(lambda db: db.execute("DELETE FROM connections WHERE id = $1", connection_id))
+        return _count(status) > 0
+
+    async def upsert_bridge(self, record: BridgeRecord) -> None:
+        """Insert or replace a bridge (its graph is kept)."""
+        sql = (
+            "INSERT INTO bridges (id, owner, connections, source) VALUES ($1, $2, $3, $4) ON CONFLICT (id)"
+            " DO UPDATE SET owner = EXCLUDED.owner, connections = EXCLUDED.connections, source = EXCLUDED.source"
+        )
+        row = (record.id, record.owner, json.dumps(list(record.connections)), record.source)
+        await self._run(lambda db: db.execute(sql, *row))
+
+    async def get_bridge(self, bridge_id: str) -> BridgeRecord | None:
+        """One bridge by id, whoever owns it."""
+        sql = "SELECT id, owner, connections, source FROM bridges WHERE id = $1"
+        row = await self._read(("get_bridge", bridge_id), lambda db: db.fetchrow(sql, bridge_id))
+        return bridge_from_row(row) if row is not None else None
+
+    async def list_bridges(self, owners: Sequence[str]) -> list[BridgeRecord]:
+        """Bridges owned by any of `owners`, by id."""
+        sql = "SELECT id, owner, connections, source FROM bridges WHERE owner = ANY($1::text[]) ORDER BY id"
+        rows = await self._read(("list_bridges", tuple(owners)), lambda db: db.fetch(sql, list(owners)))
+        return [bridge_from_row(row) for row in rows]
+
+    async def delete_bridge(self, bridge_id: str) -> bool:
+        """Remove a bridge and its graph; True if it existed."""
+
+        async def delete(db: asyncpg.Connection) -> str:
+            async with db.transaction():
+                await db.execute("DELETE FROM graphs WHERE bridge_id = $1", bridge_id)
+                return await db.execute("DELETE FROM bridges WHERE id = $1", bridge_id)  # type: ignore[no-any-return]
+
+        return _count(await self._run(delete)) > 0
+
+    async def save_graph(
+        self, bridge_id: str, graph: dict[str, Any], updated_at: float, saved_by: str | None = None,
+        expected_version: int | None = None,
+    ) -> int:
+        """Replace a bridge's graph whole in one statement; its new version (store.py). Two saves at
+        once based on the same version: the row lock orders them, and the second finds the version
+        moved on (READ COMMITTED re-reads the row) and is refused."""
+        args = (bridge_id, json.dumps(graph), updated_at, saved_by)
+        if expected_version is None:
+            sql = (
+                "INSERT INTO graphs (bridge_id, graph, updated_at, saved_by, version) VALUES ($1, $2, $3, $4, 1)"
+                " ON CONFLICT (bridge_id) DO UPDATE SET graph = EXCLUDED.graph, updated_at = EXCLUDED.updated_at,"
+                " saved_by = EXCLUDED.saved_by, version = graphs.version + 1 RETURNING version"
+            )
+            return await self._run(lambda db: db.fetchval(sql, *args))  # type: ignore[no-any-return]
+        if expected_version == 0:
+            sql = ("INSERT INTO graphs (bridge_id, graph, updated_at, saved_by, version) VALUES ($1, $2, $3, $4, 1)"
+                   " ON CONFLICT (bridge_id) DO NOTHING RETURNING version")
+            version = await self._run(lambda db: db.fetchval(sql, *args))
+        else:
+            sql = ("UPDATE graphs SET graph = $2, updated_at = $3, saved_by = $4, version = version + 1"
+                   " WHERE bridge_id = $1 AND version = $5 RETURNING version")
+            version = await self._run(lambda db: db.fetchval(sql, *args, expected_version))
+        if version is None:
+            current = await self._run(lambda db: db.fetchval("SELECT version FROM graphs WHERE bridge_id = $1", bridge_id))
+            raise GraphConflict(bridge_id, expected_version, current or 0)
+        return version  # type: ignore[no-any-return]
+
+    async def saved_graph(self, bridge_id: str) -> SavedGraph | None:
+        """A bridge's graph with its version and editor, or None before the first save."""
+        sql = "SELECT graph, version, saved_by FROM graphs WHERE bridge_id = $1"
+        row = await self._read(("saved_graph", bridge_id), lambda db: db.fetchrow(sql, bridge_id))
+        return SavedGraph(json.loads(row[0]), row[1], row[2]) if row is not None else None
+
+    async def load_graph(self, bridge_id: str) -> dict[str, Any] | None:
+        """A bridge's graph as saved, or None."""
+        sql = "SELECT graph FROM graphs WHERE bridge_id = $1"
+        text = await self._read(("load_graph", bridge_id), lambda db: db.fetchval(sql, bridge_id))
+        return json.loads(text) if text is not None else None
+
+    async def graph_saved_by(self, bridge_id: str) -> str | None:
+        """The actor id of whoever saved the bridge's graph last (None before a save)."""
+        sql = "SELECT saved_by FROM graphs WHERE bridge_id = $1"
+        return await self._read(("graph_saved_by", bridge_id), lambda db: db.fetchval(sql, bridge_id))  # type: ignore[no-any-return]
+
+    async def append_audit(self, records: Sequence[AuditRecord]) -> None:
+        """Append a batch with one COPY (one transaction: all of it or none)."""
+        rows = [
+            (r.ts, r.action, r.actor_id, r.actor_email, r.resource, r.scope, r.mutating, json.dumps(r.args), r.status,
+             r.duration_ms)
+            for r in records
+        ]
+        columns = ["ts", "action", "actor_id", "actor_email", "resource", "scope", "mutating", "args", "status",
+                   "duration_ms"]
+        # the writer runs in the background: a pool busy with calls' reads is waited for, not a reason to drop
+        await self._run(lambda db: db.copy_records_to_table("audit", records=rows, columns=columns), wait=AUDIT_WAIT)
+
+    async def query_audit(self, query: AuditQuery) -> list[AuditRecord]:
+        """An actor's records (all actors when `actor_id` is None), newest first."""
+        where, params = ["TRUE"], []
+        for column, op, value in audit_filters(query):
+            params.append(value)
+            where.append(f"{column} {op} ${len(params)}")
+        params.append(query.limit)
+        sql = (
+            "SELECT seq, ts, action, actor_id, actor_email, resource, scope, mutating, args, status, duration_ms"
+            f" FROM audit WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ${len(params)}"
+        )
+        rows = await self._run(lambda db: db.fetch(sql, *params))
+        return [audit_from_row(row) for row in rows]
+
+
+def _count(status: str) -> int:
+    """The row count of a command tag (`DELETE 1`)."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+

@@ -1,0 +1,210 @@
+"""`SqliteStore`: the Bridge store (store.py) on one SQLite file with stdlib `sqlite3`, every
+statement run off the event loop (`asyncio.to_thread`). The audit table refuses UPDATE and DELETE
+with triggers (F5). One process owns the file; replicas share a `PostgresStore` instead (S1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, SavedGraph
+from gateway.bridge.store import GraphConflict, audit_filters, audit_from_row, bridge_from_row
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS connections (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, endpoint TEXT NOT NULL,
+    auth_header_name TEXT, auth_secret TEXT, source TEXT NOT NULL, prefix TEXT);
+CREATE TABLE IF NOT EXISTS bridges (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, connections TEXT NOT NULL, source TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS graphs (bridge_id TEXT PRIMARY KEY, graph TEXT NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, action TEXT NOT NULL, actor_id TEXT NOT NULL,
+    actor_email TEXT, resource TEXT NOT NULL, scope TEXT NOT NULL, mutating INTEGER NOT NULL,
+    args TEXT NOT NULL, status TEXT NOT NULL, duration_ms REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS audit_actor_ts ON audit (actor_id, ts);
+CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: UPDATE refused'); END;
+CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: DELETE refused'); END;
+"""
+
+
+class SqliteStore:
+    """`BridgeStore` on one SQLite file (`:memory:` for a throw-away store)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._db: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    async def open(self) -> None:
+        """Create the file, the tables and the append-only triggers if needed."""
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = await asyncio.to_thread(sqlite3.connect, self.path, check_same_thread=False, isolation_level=None)
+        def create(db: sqlite3.Connection) -> None:
+            db.execute("PRAGMA journal_mode=WAL").fetchall()  # an unread row would keep a statement open
+            db.executescript(_SCHEMA)
+            _add_column(db, "connections", "prefix", "TEXT")  # a store made before connections had a name prefix (F15)
+            _add_column(db, "graphs", "saved_by", "TEXT")  # a store made before graphs recorded their editor
+            _add_column(db, "graphs", "version", "INTEGER NOT NULL DEFAULT 1")  # before saves were versioned (S2)
+
+        await self._run(create)
+
+    async def close(self) -> None:
+        """Close the file once no statement is running; later calls fail."""
+        db, self._db = self._db, None
+        if db is not None:
+
+            def close() -> None:
+                with self._lock:
+                    db.close()
+
+            await asyncio.to_thread(close)
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def locked() -> T:
+            if self._db is None:
+                raise RuntimeError("the bridge store is not open")
+            with self._lock:
+                return fn(self._db)
+
+        return await asyncio.to_thread(locked)
+
+    async def upsert_connection(self, record: ConnectionRecord) -> None:
+        """Insert or replace a connection."""
+        sql = (
+            "INSERT OR REPLACE INTO connections (id, owner, endpoint, auth_header_name, auth_secret, source, prefix)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)"
+        )
+        row = (record.id, record.owner, record.endpoint, record.auth_header_name, record.auth_secret, record.source,
+               record.prefix)
+        await self._run(lambda db: db.execute(sql, row))
+
+    async def get_connection(self, connection_id: str) -> ConnectionRecord | None:
+        """One connection by id, whoever owns it."""
+        rows = await self._run(lambda db: db.execute("SELECT * FROM connections WHERE id = ?", (connection_id,)).fetchall())
+        return ConnectionRecord(*rows[0]) if rows else None
+
+    async def list_connections(self, owners: Sequence[str]) -> list[ConnectionRecord]:
+        """Connections owned by any of `owners`, by id."""
+        marks = ",".join("?" * len(owners)) or "NULL"
+        sql = f"SELECT * FROM connections WHERE owner IN ({marks}) ORDER BY id"
+        rows = await self._run(lambda db: db.execute(sql, tuple(owners)).fetchall())
+        return [ConnectionRecord(*row) for row in rows]
+
+    async def delete_connection(self, connection_id: str) -> bool:
+        """Remove a connection; True if it existed."""
+        cur = await self._run(lambda db: db.execute("DELETE FROM connections WHERE id = ?", (connection_id,)))
+        return cur.rowcount > 0
+
+    async def upsert_bridge(self, record: BridgeRecord) -> None:
+        """Insert or replace a bridge (its graph is kept)."""
+        row = (record.id, record.owner, json.dumps(list(record.connections)), record.source)
+        await self._run(lambda db: db.execute("INSERT OR REPLACE INTO bridges VALUES (?, ?, ?, ?)", row))
+
+    async def get_bridge(self, bridge_id: str) -> BridgeRecord | None:
+        """One bridge by id, whoever owns it."""
+        rows = await self._run(lambda db: db.execute("SELECT * FROM bridges WHERE id = ?", (bridge_id,)).fetchall())
+        return bridge_from_row(rows[0]) if rows else None
+
+    async def list_bridges(self, owners: Sequence[str]) -> list[BridgeRecord]:
+        """Bridges owned by any of `owners`, by id."""
+        marks = ",".join("?" * len(owners)) or "NULL"
+        sql = f"SELECT * FROM bridges WHERE owner IN ({marks}) ORDER BY id"
+        rows = await self._run(lambda db: db.execute(sql, tuple(owners)).fetchall())
+        return [bridge_from_row(row) for row in rows]
+
+    async def delete_bridge(self, bridge_id: str) -> bool:
+        """Remove a bridge and its graph; True if it existed."""
+
+        def delete(db: sqlite3.Connection) -> int:
+            db.execute("DELETE FROM graphs WHERE bridge_id = ?", (bridge_id,))
+            return db.execute("DELETE FROM bridges WHERE id = ?", (bridge_id,)).rowcount
+
+        return await self._run(delete) > 0
+
+    async def save_graph(
+        self, bridge_id: str, graph: dict[str, Any], updated_at: float, saved_by: str | None = None,
+        expected_version: int | None = None,
+    ) -> int:
+        """Replace a bridge's graph (validated by the caller) whole; its new version (store.py)."""
+        text = json.dumps(graph)
+
+        def save(db: sqlite3.Connection) -> int:
+            with db:
+                db.execute("BEGIN IMMEDIATE")  # the read and the write below are one step for other writers
+                rows = db.execute("SELECT version FROM graphs WHERE bridge_id = ?", (bridge_id,)).fetchall()
+                current = rows[0][0] if rows else 0
+                if expected_version is not None and expected_version != current:
+                    raise GraphConflict(bridge_id, expected_version, current)
+                db.execute(
+                    "INSERT OR REPLACE INTO graphs (bridge_id, graph, updated_at, saved_by, version) VALUES (?, ?, ?, ?, ?)",
+                    (bridge_id, text, updated_at, saved_by, current + 1),
+                )
+                return current + 1
+
+        return await self._run(save)
+
+    async def saved_graph(self, bridge_id: str) -> SavedGraph | None:
+        """A bridge's graph with its version and editor, or None before the first save."""
+        sql = "SELECT graph, version, saved_by FROM graphs WHERE bridge_id = ?"
+        rows = await self._run(lambda db: db.execute(sql, (bridge_id,)).fetchall())
+        return SavedGraph(json.loads(rows[0][0]), rows[0][1], rows[0][2]) if rows else None
+
+    async def graph_saved_by(self, bridge_id: str) -> str | None:
+        """The actor id of whoever saved the bridge's graph last (None before a save, or unrecorded)."""
+        sql = "SELECT saved_by FROM graphs WHERE bridge_id = ?"
+        rows = await self._run(lambda db: db.execute(sql, (bridge_id,)).fetchall())
+        return rows[0][0] if rows else None
+
+    async def load_graph(self, bridge_id: str) -> dict[str, Any] | None:
+        """A bridge's graph as saved, or None."""
+        sql = "SELECT graph FROM graphs WHERE bridge_id = ?"
+        rows = await self._run(lambda db: db.execute(sql, (bridge_id,)).fetchall())
+        return json.loads(rows[0][0]) if rows else None
+
+    async def append_audit(self, records: Sequence[AuditRecord]) -> None:
+        """Append records in one transaction."""
+        sql = (
+            "INSERT INTO audit (ts, action, actor_id, actor_email, resource, scope, mutating, args, status,"
+            " duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        )
+        rows = [
+            (r.ts, r.action, r.actor_id, r.actor_email, r.resource, r.scope, int(r.mutating), json.dumps(r.args),
+             r.status, r.duration_ms)
+            for r in records
+        ]
+
+        def insert(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute("BEGIN")
+                db.executemany(sql, rows)
+
+        await self._run(insert)
+
+    async def query_audit(self, query: AuditQuery) -> list[AuditRecord]:
+        """An actor's records (all actors when `actor_id` is None), newest first."""
+        where, params = ["1 = 1"], []
+        for column, op, value in audit_filters(query):
+            where.append(f"{column} {op} ?")
+            params.append(value)
+        sql = f"SELECT * FROM audit WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?"
+        params.append(query.limit)
+        rows = await self._run(lambda db: db.execute(sql, tuple(params)).fetchall())
+        return [audit_from_row(row) for row in rows]
+
+
+def _add_column(db: sqlite3.Connection, table: str, column: str, kind: str) -> None:
+    """Add `column` to a table of a store made before it existed (no-op when it is there)."""
+    columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})").fetchall()}
+    if column not in columns:
+        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
