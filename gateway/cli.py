@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway import __version__
-from gateway.config import load_checked
+from gateway.config import Config, load_checked
 
 
 def _report(problems: list[str]) -> None:
@@ -40,8 +40,15 @@ def _serve(args: argparse.Namespace) -> int:
     configure_logging(config.server.log_level)
     app = create_app(config)
     configure_logging(config.server.log_level, app.state.gateway.secrets)
-    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, ws="none")
+    uvicorn.run(app, host=host, port=port, **server_options(config))
     return 0
+
+
+def server_options(config: Config) -> dict[str, Any]:
+    """uvicorn's settings from `server`: our logging, no access log or WebSockets, and the idle
+    keep-alive (uvicorn's own 5 s races a load balancer reusing the connection: HAProxy saw the
+    gateway close connections it had just sent a request on)."""
+    return {"log_config": None, "access_log": False, "ws": "none", "timeout_keep_alive": config.server.keep_alive_seconds}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -32,6 +32,11 @@ class ServerSettings(_Strict):
     )
     body_timeout_seconds: float = Field(default=30, gt=0, description="a request body must arrive within this; else 408")
     max_header_bytes: int = Field(default=32 * 1024, ge=1024, description="request headers larger in all get 431")
+    keep_alive_seconds: float = Field(
+        default=75, gt=0,
+        description="an idle client connection is kept open this long: longer than a load balancer keeps an idle"
+        " connection to reuse (HAProxy, nginx: 60 s or less), so it never sends a request on one the gateway is closing",
+    )
 
 
 class ApiKey(_Strict):

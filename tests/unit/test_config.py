@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
+from gateway.cli import main, server_options
 from gateway.config import ConfigError, load_config, parse_config
 from gateway.secrets import SecretError, resolve_secret
 from tests.support import canary
@@ -161,3 +161,15 @@ def test_bundled_configs_are_valid() -> None:
         if path.name.startswith("prompt_guard"):
             continue
         load_config(path)
+
+
+def test_the_gateway_keeps_idle_connections_open_longer_than_a_load_balancer_reuses_them() -> None:
+    # R: S2 -- uvicorn's own 5 s keep-alive raced HAProxy's reuse of idle server connections (it sent
+    # requests on connections the replica was closing: `SD--` in its log, the request lost)
+    minimal = {"upstreams": [{"name": "u", "kind": "inspect"}], "routes": [{"model": "m", "upstream": "u"}]}
+    default = server_options(parse_config(minimal))
+    assert default["timeout_keep_alive"] == 75 and default["access_log"] is False
+    tuned = server_options(parse_config({**minimal, "server": {"keep_alive_seconds": 120}}))
+    assert tuned["timeout_keep_alive"] == 120
+    with pytest.raises(ConfigError, match="keep_alive_seconds"):
+        parse_config({**minimal, "server": {"keep_alive_seconds": 0}})
