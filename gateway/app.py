@@ -175,11 +175,11 @@ def create_app(config: Config) -> FastAPI:
         return {"id": name, "object": "model", "created": 0, "owned_by": "toolgate"}
 
     async def models(request: Request) -> Response:
-        gateway.auth.authenticate(authorization_of(request.headers))
+        await gateway.auth.authenticate(authorization_of(request.headers), request.url.path)
         return JSONResponse({"object": "list", "data": [model_object(m) for m in gateway.routes]})
 
     async def model(request: Request) -> Response:
-        gateway.auth.authenticate(authorization_of(request.headers))
+        await gateway.auth.authenticate(authorization_of(request.headers), request.url.path)
         name = request.path_params["model"]
         if name not in gateway.routes:
             raise ModelNotFound(f"model '{name[:200]}' is not served here; GET /v1/models lists the models", param="model")
@@ -194,7 +194,7 @@ def create_app(config: Config) -> FastAPI:
 
     async def metrics(request: Request) -> Response:
         if gateway.config.server.metrics_auth:
-            gateway.auth.authenticate(authorization_of(request.headers))
+            await gateway.auth.authenticate(authorization_of(request.headers), request.url.path)
         return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.router.routes.append(Route("/v1/models", models, methods=["GET"]))
@@ -216,6 +216,8 @@ def create_app(config: Config) -> FastAPI:
     app.router.routes.append(Route("/metrics", metrics, methods=["GET"]))
     if bridge is not None:
         app.router.routes.extend(bridge.routes())
+    if gateway.auth.oauth is not None:  # protected-resource metadata (F16)
+        app.router.routes.extend(gateway.auth.oauth.routes(mcp=bridge is not None))
     _install_error_handlers(app, gateway)
     server = config.server
     app.add_middleware(RequestIdMiddleware, body_timeout=server.body_timeout_seconds, max_header_bytes=server.max_header_bytes)
@@ -240,7 +242,7 @@ def _bridge_service(gateway: Gateway) -> Any:
     from gateway.bridge.service import BridgeService
 
     async def authenticate(request: Request) -> Identity:
-        return gateway.auth.authenticate(authorization_of(request.headers))
+        return await gateway.auth.authenticate(authorization_of(request.headers), request.url.path)
 
     return BridgeService(
         settings, authenticate=authenticate, http=gateway.http, metrics=gateway.metrics.registry,

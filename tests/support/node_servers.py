@@ -48,11 +48,12 @@ def free_port() -> int:
 
 
 def start_node(argv: list[str], cwd: Path, port: int, marker: str, what: str, log_stderr: bool = True,
-               deadline: float = START_SECONDS) -> subprocess.Popen[str]:
-    """Start a Node.js server on `port` and wait (with a deadline) for `marker` in its log (stderr,
-    or stdout with `log_stderr=False`); its log is read on afterwards, or a full pipe would stop it."""
+               deadline: float = START_SECONDS, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start a Node.js server on `port` (with `env` added to its environment) and wait (with a
+    deadline) for `marker` in its log (stderr, or stdout with `log_stderr=False`); its log is read
+    on afterwards, or a full pipe would stop it."""
     process = subprocess.Popen(
-        argv, cwd=cwd, env={**os.environ, "PORT": str(port)}, text=True,
+        argv, cwd=cwd, env={**os.environ, **(env or {}), "PORT": str(port)}, text=True,
         stdout=subprocess.DEVNULL if log_stderr else subprocess.PIPE,
         stderr=subprocess.PIPE if log_stderr else subprocess.DEVNULL,
     )
