@@ -28,6 +28,7 @@ from gateway.api.responses import ResponsesDialect
 from gateway.auth import authorization_of
 from gateway.chat import ChatHandler
 from gateway.config import Config, load_config
+from gateway.console.pages import Console, console_for
 from gateway.errors import BadRequest, GatewayError, HeadersTooLarge, MethodNotAllowed, ModelNotFound, NotFound, error_response, internal_error
 from gateway.gateway import Gateway
 from gateway.identity import Identity
@@ -142,7 +143,8 @@ def _install_error_handlers(app: FastAPI, gateway: Gateway) -> None:
 def create_app(config: Config) -> FastAPI:
     """Build the gateway for `config`; its lifespan starts plugins, the Bridge and closes clients."""
     gateway = Gateway(config)
-    bridge = _bridge_service(gateway)
+    console = console_for(gateway.auth, gateway.secrets.scrub)
+    bridge = _bridge_service(gateway, console)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -215,7 +217,7 @@ def create_app(config: Config) -> FastAPI:
     app.router.routes.append(Route("/readyz", readyz, methods=["GET"]))
     app.router.routes.append(Route("/metrics", metrics, methods=["GET"]))
     if bridge is not None:
-        app.router.routes.extend(bridge.routes())
+        app.router.routes.extend([*bridge.routes(), *console.routes()])
     if gateway.auth.oauth is not None:  # protected-resource metadata (F16)
         app.router.routes.extend(gateway.auth.oauth.routes(mcp=bridge is not None))
     _install_error_handlers(app, gateway)
@@ -231,7 +233,7 @@ def _endpoint(handler: ChatHandler, dialect: Dialect) -> Callable[[Request], Awa
     return endpoint
 
 
-def _bridge_service(gateway: Gateway) -> Any:
+def _bridge_service(gateway: Gateway, console: Console) -> Any:
     """The Bridge endpoint (F1–F12) when `bridge.enabled`; None otherwise."""
     settings = gateway.config.bridge
     if settings is None or not settings.enabled:
@@ -245,7 +247,7 @@ def _bridge_service(gateway: Gateway) -> Any:
         return await gateway.auth.authenticate(authorization_of(request.headers), request.url.path)
 
     return BridgeService(
-        settings, authenticate=authenticate, http=gateway.http, metrics=gateway.metrics.registry,
+        settings, authenticate=authenticate, api_authenticate=console.authenticator(authenticate), http=gateway.http, metrics=gateway.metrics.registry,
         base_dir=gateway.config.base_dir, secrets=gateway.secrets,
     )
 

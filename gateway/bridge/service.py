@@ -56,6 +56,7 @@ class BridgeService:
         config: BridgeConfig,
         *,
         authenticate: Authenticate,
+        api_authenticate: Authenticate | None = None,
         http: httpx2.AsyncClient,
         metrics: prometheus_client.CollectorRegistry,
         base_dir: pathlib.Path,
@@ -64,7 +65,10 @@ class BridgeService:
         egress: EgressPolicy | None = None,
     ) -> None:
         """`http` is the app's client for REST-side fetches; MCP sessions use the layer's own clients
-        (gateway/mcp: session watch, no connection cap, one per credential)."""
+        (gateway/mcp: session watch, no connection cap, one per credential). `api_authenticate`
+        authenticates the REST API (default `authenticate`): the gateway's also admits the web
+        console's session cookie there, never on the MCP endpoint."""
+        api_authenticate = api_authenticate or authenticate
         self.config = config
         self.store: BridgeStore = store if store is not None else SqliteStore(database_path(config, base_dir))
         egress = egress if egress is not None else EgressPolicy(config.apiEndpointAllowPrivate)
@@ -81,10 +85,10 @@ class BridgeService:
         self.offerings = Offerings(federation, self.upstreams, ttl=config.toolListTtlSeconds, secrets=secrets, gate=gate)
         self._endpoint = McpEndpoint(self.store, authenticate, self.offerings, scrub=secrets.scrub, limits=config.limits)
         self._api = BridgeApi(
-            self.store, self.upstreams, authenticate, config.api_endpoint_allowed, scrub=secrets.scrub,
+            self.store, self.upstreams, api_authenticate, config.api_endpoint_allowed, scrub=secrets.scrub,
             limits=config.limits, audit=self.audit, egress=egress,
         )
-        self._audit_api = AuditApi(self.store, authenticate, scrub=secrets.scrub)
+        self._audit_api = AuditApi(self.store, api_authenticate, scrub=secrets.scrub)
         self._stack: contextlib.AsyncExitStack | None = None
 
     async def start(self) -> None:

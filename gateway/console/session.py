@@ -1,0 +1,151 @@
+"""Server-side sessions of the web console (C1): who a browser is signed in as, and its CSRF token.
+
+A session is created once the browser has proven an identity (an API key checked by the gateway's
+`Authenticator`, or a sign-in through the authorization server) and lives in this process only:
+
+    sessions = ConsoleSessions(idle_seconds=1800, max_sessions=10_000)
+    session = sessions.create(identity)             # after a successful sign-in
+    sessions.set_cookie(response, session, request) # HttpOnly, SameSite=Strict, Secure over TLS
+    identity = sessions.identity_of(request)        # None without a live session; 403 on a bad CSRF token
+    sessions.end(request, response)                 # sign-out
+
+The cookie carries only a random id (256 bits); the table is keyed by its SHA-256, so neither a
+log line nor a memory dump of the table yields a usable cookie. Sessions expire after
+`idle_seconds` without use; past `max_sessions` the least recently used one is dropped.
+
+CSRF: every request whose method is not GET/HEAD/OPTIONS must carry the session's token in the
+`X-CSRF-Token` header (a synchronizer token: the server keeps it, the page receives it in a
+`<meta>` element and the console's script sends it back). A cross-site page can neither read the
+token nor set the header, and the cookie is `SameSite=Strict` besides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from starlette.requests import HTTPConnection
+from starlette.responses import Response
+
+from gateway.errors import Forbidden
+from gateway.identity import Identity
+
+COOKIE_NAME = "toolgate_console"
+CSRF_HEADER = "x-csrf-token"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class CsrfRefused(Forbidden):
+    """A state-changing request of a console session without its CSRF token (403)."""
+
+    code = "csrf_token_invalid"
+
+
+@dataclass
+class ConsoleSession:
+    """One signed-in browser. `id` is the cookie value: it is never logged or rendered."""
+
+    id: str = field(repr=False)
+    identity: Identity
+    csrf_token: str = field(repr=False)
+    created: float
+    last_used: float
+
+
+def _key(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode("utf-8")).hexdigest()
+
+
+def is_tls(request: HTTPConnection) -> bool:
+    """True when the browser reached us over TLS (directly, or as uvicorn's proxy headers say)."""
+    return request.url.scheme in ("https", "wss")
+
+
+class ConsoleSessions:
+    """The console's session table: create, look up (with idle expiry), end."""
+
+    def __init__(
+        self, *, idle_seconds: float = 1800.0, max_sessions: int = 10_000, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if idle_seconds <= 0 or max_sessions < 1:
+            raise ValueError("idle_seconds must be positive and max_sessions at least 1")
+        self.idle_seconds = idle_seconds
+        self.max_sessions = max_sessions
+        self._clock = clock
+        self._table: OrderedDict[str, ConsoleSession] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def create(self, identity: Identity) -> ConsoleSession:
+        """A new session for a proven `identity` (the least recently used one goes past the bound)."""
+        now = self._clock()
+        self._expire(now)
+        while len(self._table) >= self.max_sessions:
+            self._table.popitem(last=False)
+        session = ConsoleSession(secrets.token_urlsafe(32), identity, secrets.token_urlsafe(32), now, now)
+        self._table[_key(session.id)] = session
+        return session
+
+    def get(self, session_id: str | None) -> ConsoleSession | None:
+        """The live session of a cookie value (its idle clock restarts), or None."""
+        if not session_id or len(session_id) > 128:
+            return None
+        now = self._clock()
+        key = _key(session_id)
+        session = self._table.get(key)
+        if session is None:
+            return None
+        if now - session.last_used > self.idle_seconds:
+            del self._table[key]
+            return None
+        session.last_used = now
+        self._table.move_to_end(key)
+        return session
+
+    def session_of(self, request: HTTPConnection) -> ConsoleSession | None:
+        """The session named by the request's cookie, or None."""
+        return self.get(request.cookies.get(COOKIE_NAME))
+
+    def identity_of(self, request: HTTPConnection) -> Identity | None:
+        """The identity of a request made by a signed-in console page: None without a live session;
+        `CsrfRefused` (403) when a state-changing request lacks the session's CSRF token."""
+        session = self.session_of(request)
+        if session is None:
+            return None
+        if request.scope.get("method", "GET") not in SAFE_METHODS:
+            check_csrf(session, request.headers.get(CSRF_HEADER))
+        return session.identity
+
+    def set_cookie(self, response: Response, session: ConsoleSession, request: HTTPConnection) -> None:
+        """Hand the session to the browser: HttpOnly, SameSite=Strict, Secure when served over TLS,
+        path-wide (the console's script calls the REST API at `/bridges`, `/connections`, `/audit`)."""
+        response.set_cookie(
+            COOKIE_NAME, session.id, httponly=True, samesite="strict", secure=is_tls(request), path="/"
+        )
+
+    def end(self, request: HTTPConnection, response: Response) -> None:
+        """Sign out: forget the request's session and clear its cookie."""
+        session_id = request.cookies.get(COOKIE_NAME)
+        if session_id:
+            self._table.pop(_key(session_id), None)
+        response.delete_cookie(COOKIE_NAME, path="/", httponly=True, samesite="strict", secure=is_tls(request))
+
+    def _expire(self, now: float) -> None:
+        # the table is in order of last use: the stale ones are at its front
+        while self._table:
+            key, oldest = next(iter(self._table.items()))
+            if now - oldest.last_used <= self.idle_seconds:
+                return
+            del self._table[key]
+
+
+def check_csrf(session: ConsoleSession, presented: str | None) -> None:
+    """Raise `CsrfRefused` unless `presented` is the session's token (compared in constant time)."""
+    if not presented or not hmac.compare_digest(presented.encode("utf-8"), session.csrf_token.encode("utf-8")):
+        raise CsrfRefused(f"this request changes something: send the console session's token in {CSRF_HEADER}")

@@ -1,0 +1,150 @@
+"""The console's sessions (C1): API-key sign-in, the cookie's flags, CSRF on every change, the
+Content-Security-Policy of its pages, sign-out, and that a session sees only its own account."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from gateway.console.session import ConsoleSessions
+from gateway.identity import Identity
+from tests.support import canary
+from tests.support.gateway import running_gateway, simple_config
+from tests.support.upstream import ScriptedUpstream
+
+
+def console_config(upstream_url: str, tmp_path: Path) -> dict:
+    return simple_config(
+        upstream_url,
+        auth={"mode": "api_keys", "api_keys": [
+            {"key": canary.ALICE_KEY_REF, "user_id": "alice", "org_id": "acme", "email": "alice@acme.test"},
+            {"key_sha256": hashlib.sha256(canary.BOB_KEY.encode()).hexdigest(), "user_id": "bob"},
+        ]},
+        bridge={"enabled": True, "database": str(tmp_path / "bridge.db"), "apiEndpointAllowPrivate": ["127.0.0.0/8"]},
+    )
+
+
+def sign_in(http: httpx2.Client, key: str) -> httpx2.Response:
+    page = http.get("/console")
+    token = re.search(r'name="signin_token" value="([^"]+)"', page.text)
+    assert token is not None
+    return http.post("/console/signin", data={"signin_token": token.group(1), "api_key": key})
+
+
+def csrf_of(http: httpx2.Client) -> str:
+    found = re.search(r'<meta name="csrf-token" content="([^"]+)"', http.get("/console").text)
+    assert found is not None
+    return found.group(1)
+
+
+def test_sign_in_sets_a_strict_httponly_cookie_and_pages_carry_a_csp_without_inline_script(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    # R: C1
+    with running_gateway(console_config(upstream.url, tmp_path), tmp_path) as gw, httpx2.Client(base_url=gw.url) as http:
+        signin_page = http.get("/console")
+        signed_in = sign_in(http, canary.ALICE_KEY)
+        shell = http.get("/console")
+    assert signin_page.status_code == 200 and 'name="api_key"' in signin_page.text
+    csp = signin_page.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
+    assert signed_in.status_code == 303 and signed_in.headers["location"] == "/console"
+    cookie = next(v for v in signed_in.headers.get_list("set-cookie") if v.startswith("toolgate_console="))
+    flags = {part.strip().lower() for part in cookie.split(";")}
+    assert "httponly" in flags and "samesite=strict" in flags and "secure" not in flags  # plain HTTP here
+    assert shell.status_code == 200 and shell.headers["content-security-policy"] == csp
+    assert "<script>" not in shell.text and canary.ALICE_KEY not in shell.text
+    assert "alice@acme.test" in shell.text
+
+
+def test_a_wrong_key_or_a_missing_signin_token_makes_no_session(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    # R: C1
+    with running_gateway(console_config(upstream.url, tmp_path), tmp_path) as gw, httpx2.Client(base_url=gw.url) as http:
+        wrong = sign_in(http, "not-a-key")
+        forged = http.post("/console/signin", data={"signin_token": "guess", "api_key": canary.ALICE_KEY})
+        listing = http.get("/bridges")
+    assert wrong.status_code == 401 and "not accepted" in wrong.text and "toolgate_console=" not in wrong.headers.get("set-cookie", "")
+    assert forged.status_code == 400 and "toolgate_console=" not in forged.headers.get("set-cookie", "")
+    assert listing.status_code == 401
+
+
+def test_rest_changes_with_the_session_cookie_need_its_csrf_token(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    # R: C1
+    body = {"id": "wiki", "endpoint": "http://127.0.0.1:9/mcp"}
+    with running_gateway(console_config(upstream.url, tmp_path), tmp_path) as gw, httpx2.Client(base_url=gw.url) as http:
+        sign_in(http, canary.ALICE_KEY)
+        token = csrf_of(http)
+        listed = http.get("/connections")
+        without = http.post("/connections", json=body)
+        wrong = http.post("/connections", json=body, headers={"x-csrf-token": "x" + token})
+        made = http.post("/connections", json=body, headers={"x-csrf-token": token})
+        audit = http.get("/audit")
+    assert listed.status_code == 200 and listed.json() == {"data": []}
+    assert without.status_code == 403 and without.json()["error"]["code"] == "csrf_token_invalid"
+    assert wrong.status_code == 403
+    assert made.status_code == 201 and made.json()["owner"] == "alice"
+    assert [r["action"] for r in audit.json()["data"]] == ["connection.create"]
+
+
+def test_a_session_sees_only_its_own_account(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    # R: C1
+    with running_gateway(console_config(upstream.url, tmp_path), tmp_path) as gw, \
+            httpx2.Client(base_url=gw.url) as alice, httpx2.Client(base_url=gw.url) as bob:
+        sign_in(alice, canary.ALICE_KEY)
+        sign_in(bob, canary.BOB_KEY)
+        alice.post("/connections", json={"id": "wiki", "endpoint": "http://127.0.0.1:9/mcp"},
+                   headers={"x-csrf-token": csrf_of(alice)})
+        bobs = bob.get("/connections").json()
+        bobs_audit = bob.get("/audit").json()
+        bob_deletes = bob.delete("/connections/wiki", headers={"x-csrf-token": csrf_of(bob)})
+    assert bobs == {"data": []} and bobs_audit == {"data": []}
+    assert bob_deletes.status_code == 404
+
+
+def test_sign_out_needs_the_token_and_ends_the_session(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    # R: C1
+    with running_gateway(console_config(upstream.url, tmp_path), tmp_path) as gw, httpx2.Client(base_url=gw.url) as http:
+        sign_in(http, canary.ALICE_KEY)
+        token = csrf_of(http)
+        forged = http.post("/console/signout", data={"csrf_token": "nope"})
+        still = http.get("/bridges")
+        out = http.post("/console/signout", data={"csrf_token": token})
+        cookie = gw_cookie = http.cookies.get("toolgate_console")
+        after = http.get("/bridges")
+    assert forged.status_code == 403 and still.status_code == 200
+    assert out.status_code == 303 and cookie is None and gw_cookie is None
+    assert after.status_code == 401
+
+
+def test_the_mcp_endpoint_does_not_accept_the_console_cookie(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    # R: C1
+    with running_gateway(console_config(upstream.url, tmp_path), tmp_path) as gw, httpx2.Client(base_url=gw.url) as http:
+        sign_in(http, canary.ALICE_KEY)
+        answer = http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                           headers={"x-csrf-token": csrf_of(http), "accept": "application/json, text/event-stream"})
+    assert answer.status_code == 401
+
+
+def test_sessions_expire_when_idle_and_stay_bounded() -> None:
+    # R: C1
+    now = [0.0]
+    sessions = ConsoleSessions(idle_seconds=60, max_sessions=2, clock=lambda: now[0])
+    first = sessions.create(Identity(user_id="a"))
+    now[0] = 30
+    assert sessions.get(first.id) is first  # use restarts the idle clock
+    now[0] = 85
+    assert sessions.get(first.id) is first
+    second, third = sessions.create(Identity(user_id="b")), sessions.create(Identity(user_id="c"))
+    assert len(sessions) == 2 and sessions.get(first.id) is None  # the least recently used went
+    now[0] = 200
+    assert sessions.get(second.id) is None and sessions.get(third.id) is None
+    assert sessions.get("x" * 500) is None
+    assert first.id not in repr(first) and first.csrf_token not in repr(first)
+
+
+@pytest.mark.parametrize("bad", [{"idle_seconds": 0}, {"max_sessions": 0}])
+def test_session_table_bounds_must_be_positive(bad: dict) -> None:
+    with pytest.raises(ValueError):
+        ConsoleSessions(**bad)
