@@ -28,6 +28,7 @@ from gateway.api.responses import ResponsesDialect
 from gateway.auth import authorization_of
 from gateway.chat import ChatHandler
 from gateway.config import Config, load_config
+from gateway.console.oidc import add_oidc_sign_in
 from gateway.console.pages import Console, console_for
 from gateway.errors import BadRequest, GatewayError, HeadersTooLarge, MethodNotAllowed, ModelNotFound, NotFound, error_response, internal_error
 from gateway.gateway import Gateway
@@ -144,6 +145,7 @@ def create_app(config: Config) -> FastAPI:
     """Build the gateway for `config`; its lifespan starts plugins, the Bridge and closes clients."""
     gateway = Gateway(config)
     console = console_for(gateway.auth, gateway.secrets.scrub)
+    add_oidc_sign_in(console, gateway)  # C1: sign-in through auth.oauth's issuer when auth.oauth.console is set
     bridge = _bridge_service(gateway, console)
 
     @asynccontextmanager

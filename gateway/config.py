@@ -88,6 +88,15 @@ class OAuthScopes(_Strict):
     v1: list[str] = Field(default_factory=list, description="on the model API (/v1/...)")
 
 
+class ConsoleClient(_Strict):
+    """The console as a client of the authorization server (C1): sign-in by authorization code +
+    PKCE, redirect URI `<public_url>/console/callback` registered at the issuer."""
+
+    client_id: str = Field(min_length=1)
+    client_secret: SecretRef | None = Field(default=None, description="a confidential client (client_secret_basic); none: a public client")
+    scopes: list[str] = Field(default_factory=lambda: ["openid", "email", "profile"], description="asked at sign-in; 'openid' is always sent")
+
+
 class OAuthSettings(ClaimMap):
     """OAuth at the edge (F16): the gateway as a resource server of an external authorization server.
 
@@ -101,6 +110,7 @@ class OAuthSettings(ClaimMap):
     algorithms: list[str] = Field(default_factory=lambda: ["RS256", "PS256", "ES256", "EdDSA"], min_length=1)
     scopes: OAuthScopes = Field(default_factory=OAuthScopes)
     leeway_seconds: float = Field(default=30, ge=0, le=300, description="clock skew allowed on exp/nbf/iat")
+    console: ConsoleClient | None = Field(default=None, description="sign the console in through this issuer")
 
     @model_validator(mode="after")
     def _asymmetric(self) -> "OAuthSettings":

@@ -84,6 +84,7 @@ class KeySet:
         self._keys: jwt.PyJWKSet | None = None
         self._fetched_at = float("-inf")
         self._error: str | None = None
+        self._metadata: dict[str, Any] | None = None
         self._lock = asyncio.Lock()
 
     async def key_for(self, kid: str | None) -> Any:
@@ -113,7 +114,7 @@ class KeySet:
                     self._error = None
                     log.info("oauth: %d signing key(s) of %s loaded", len(self._keys.keys), self.issuer)
                 except (httpx2.HTTPError, ValueError, KeyError, TypeError, jwt.PyJWTError) as exc:
-                    self._error = _describe(exc)
+                    self._error = describe(exc)
                     log.warning("oauth: signing keys of %s not fetched: %s", self.issuer, self._error)
             if self._keys is None:
                 raise Unavailable(
@@ -122,7 +123,13 @@ class KeySet:
                 )
 
     async def _discover(self) -> str:
-        """`jwks_uri` of the issuer's metadata (RFC 8414, then OpenID Connect discovery)."""
+        return str((await self.issuer_metadata())["jwks_uri"])
+
+    async def issuer_metadata(self) -> dict[str, Any]:
+        """The issuer's metadata (RFC 8414, then OpenID Connect discovery), fetched once; raises
+        `ValueError` or `httpx2.HTTPError` when there is none or it names another issuer."""
+        if self._metadata is not None:
+            return self._metadata
         base = self.issuer.rstrip("/")
         for url in (f"{base}/.well-known/oauth-authorization-server", f"{base}/.well-known/openid-configuration"):
             try:
@@ -131,7 +138,8 @@ class KeySet:
                 continue
             if metadata.get("issuer") != self.issuer:
                 raise ValueError(f"metadata at {url} names issuer {str(metadata.get('issuer'))[:200]!r}, not {self.issuer!r}")
-            return str(metadata["jwks_uri"])
+            self._metadata = metadata
+            return metadata
         raise ValueError(f"no authorization server metadata at {base}/.well-known/...")
 
     async def _get(self, url: str) -> dict[str, Any]:
@@ -145,7 +153,8 @@ class KeySet:
         return document
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
+    """What went wrong fetching from the issuer, without its answer's body."""
     if isinstance(exc, httpx2.HTTPStatusError):
         return f"{exc.request.url} answered HTTP {exc.response.status_code}"
     if isinstance(exc, httpx2.RequestError):

@@ -158,6 +158,10 @@ class Console:
         self.sessions.end(request, response)
         return response
 
+    def sign_in_failed(self, request: Request, message: str, status: int = 400) -> Response:
+        """The sign-in page saying why a sign-in (of any method) did not complete."""
+        return self._sign_in_page(request, message, status)
+
     def _sign_in_page(self, request: Request, error: str | None = None, status: int = 200) -> Response:
         # a double-submit token against login CSRF (a foreign page signing this browser in as its own account)
         token = secrets.token_urlsafe(24)
