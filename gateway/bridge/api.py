@@ -3,11 +3,13 @@
     GET    /bridges                     the caller's bridges
     POST   /bridges                     {id, owner?, connections}
     GET    /bridges/{id}                one bridge, with its pipeline names
+    PATCH  /bridges/{id}                {connections}: the connections it federates
     DELETE /bridges/{id}
     GET    /bridges/{id}/graph          the saved graph (an empty one before the first save)
     PUT    /bridges/{id}/graph          validate (F8) and save (F12)
     GET    /connections                 the caller's connections (no secret references)
     POST   /connections                 {id, owner?, endpoint, prefix?} (endpoint within `apiEndpointAllowList`)
+    PATCH  /connections/{id}            {endpoint?, prefix?} (the same checks as POST)
     DELETE /connections/{id}
     GET    /audit                       the caller's audit records (see audit_api)
 
@@ -72,11 +74,13 @@ class BridgeApi:
             Route("/bridges", rendered(self.list_bridges, self._scrub), methods=["GET"]),
             Route("/bridges", rendered(self.create_bridge, self._scrub), methods=["POST"]),
             Route("/bridges/{bridge_id}", rendered(self.get_bridge, self._scrub), methods=["GET"]),
+            Route("/bridges/{bridge_id}", rendered(self.update_bridge, self._scrub), methods=["PATCH"]),
             Route("/bridges/{bridge_id}", rendered(self.delete_bridge, self._scrub), methods=["DELETE"]),
             Route("/bridges/{bridge_id}/graph", rendered(self.get_graph, self._scrub), methods=["GET"]),
             Route("/bridges/{bridge_id}/graph", rendered(self.put_graph, self._scrub), methods=["PUT"]),
             Route("/connections", rendered(self.list_connections, self._scrub), methods=["GET"]),
             Route("/connections", rendered(self.create_connection, self._scrub), methods=["POST"]),
+            Route("/connections/{connection_id}", rendered(self.update_connection, self._scrub), methods=["PATCH"]),
             Route("/connections/{connection_id}", rendered(self.delete_connection, self._scrub), methods=["DELETE"]),
         ]
 
@@ -104,6 +108,15 @@ class BridgeApi:
             raise BadRequest(_first_error(exc)) from None
         if await self._store.get_bridge(decl.id) is not None:
             raise Conflict(f"bridge id {decl.id} is taken")
+        await self._check_members(caller, decl)
+        record = BridgeRecord(decl.id, decl.owner, tuple(decl.connections), "api")
+        await self._store.upsert_bridge(record)
+        args = {"owner": record.owner, "connections": list(record.connections)}
+        self._record(change_record(caller, "bridge.create", record.id, args, started))
+        return JSONResponse(record.public(), status_code=201)
+
+    async def _check_members(self, caller: CallerScope, decl: BridgeDecl) -> None:
+        """The connections of a new or changed bridge: the caller's, the owner's to hold, no name clash."""
         mine = {c.id: c for c in await self._store.list_connections(caller.owners)}
         unknown = [c for c in decl.connections if c not in mine]
         if unknown:
@@ -118,11 +131,23 @@ class BridgeApi:
         clashes = prefix_problems(members, same_caller=True)
         if clashes:
             raise BadRequest(f"tool names could collide: {'; '.join(clashes)}")
-        record = BridgeRecord(decl.id, decl.owner, tuple(decl.connections), "api")
+
+    async def update_bridge(self, request: Request) -> Response:
+        """PATCH /bridges/{id}: change the connections an API-made bridge federates."""
+        started = time.perf_counter()
+        caller, bridge = await self._bridge(request)
+        if bridge.source == "config":
+            raise Conflict(f"bridge {bridge.id} is declared in the config file; change it there")
+        data = object_body(await json_body(request), {"connections"})
+        try:
+            decl = BridgeDecl.model_validate({"id": bridge.id, "owner": bridge.owner, **data})
+        except ValidationError as exc:
+            raise BadRequest(_first_error(exc)) from None
+        await self._check_members(caller, decl)
+        record = BridgeRecord(bridge.id, bridge.owner, tuple(decl.connections), "api")
         await self._store.upsert_bridge(record)
-        args = {"owner": record.owner, "connections": list(record.connections)}
-        self._record(change_record(caller, "bridge.create", record.id, args, started))
-        return JSONResponse(record.public(), status_code=201)
+        self._record(change_record(caller, "bridge.update", record.id, {"connections": list(record.connections)}, started))
+        return JSONResponse(record.public())
 
     async def get_bridge(self, request: Request) -> Response:
         """GET /bridges/{id}: one bridge with its pipeline names."""
@@ -181,13 +206,7 @@ class BridgeApi:
             decl = ConnectionConfig.model_validate({**data, "owner": owner_for(caller, data.get("owner"))})
         except ValidationError as exc:
             raise BadRequest(_first_error(exc)) from None
-        if not self._endpoint_allowed(decl.endpoint):
-            raise Forbidden(f"endpoint {decl.endpoint} is not in the Bridge's apiEndpointAllowList")
-        if self._egress.refuses_literal(decl.endpoint):
-            raise Forbidden(
-                f"endpoint {decl.endpoint} is refused: connections made through the API may not reach loopback, "
-                "private, link-local or the gateway's own addresses (see the Bridge's apiEndpointAllowPrivate)"
-            )
+        self._check_endpoint(decl.endpoint)
         if await self._store.get_connection(decl.id) is not None:
             raise Conflict(f"connection id {decl.id} is taken")
         made = [c for c in await self._store.list_connections((decl.owner,)) if c.source == "api" and c.owner == decl.owner]
@@ -204,6 +223,44 @@ class BridgeApi:
         await self._store.upsert_connection(record)
         self._record(change_record(caller, "connection.create", record.id, {"owner": record.owner}, started))
         return JSONResponse(record.public(), status_code=201)
+
+    def _check_endpoint(self, endpoint: str) -> None:
+        """A REST-made connection's endpoint: within the allow-list, not an internal address (403)."""
+        if not self._endpoint_allowed(endpoint):
+            raise Forbidden(f"endpoint {endpoint} is not in the Bridge's apiEndpointAllowList")
+        if self._egress.refuses_literal(endpoint):
+            raise Forbidden(
+                f"endpoint {endpoint} is refused: connections made through the API may not reach loopback, "
+                "private, link-local or the gateway's own addresses (see the Bridge's apiEndpointAllowPrivate)"
+            )
+
+    async def update_connection(self, request: Request) -> Response:
+        """PATCH /connections/{id}: change an API-made connection's endpoint or prefix."""
+        started = time.perf_counter()
+        caller = await caller_of(request, self._auth)
+        conn = await self._store.get_connection(request.path_params["connection_id"])
+        if conn is None or conn.owner not in caller.owners:
+            raise NotFound(f"connection {request.path_params['connection_id']} not found")
+        if conn.source == "config":
+            raise Conflict(f"connection {conn.id} is declared in the config file; change it there")
+        data = object_body(await json_body(request), {"endpoint", "prefix"})
+        current = {"id": conn.id, "owner": conn.owner, "endpoint": conn.endpoint}
+        if conn.prefix is not None:
+            current["prefix"] = conn.prefix
+        try:
+            decl = ConnectionConfig.model_validate({**current, **data})
+        except ValidationError as exc:
+            raise BadRequest(_first_error(exc)) from None
+        self._check_endpoint(decl.endpoint)
+        seen = [(c.id, c.owner, c.name_prefix) for c in await self._store.list_connections(caller.owners) if c.id != conn.id]
+        clashes = [p for p in prefix_problems([*seen, (decl.id, decl.owner, decl.name_prefix)]) if decl.id in p]
+        if clashes:
+            raise Conflict(f"tool names could collide: {'; '.join(clashes)}")
+        record = ConnectionRecord(conn.id, conn.owner, decl.endpoint, source="api", prefix=decl.prefix)
+        await self._store.upsert_connection(record)
+        self._upstreams.forget(conn.id)
+        self._record(change_record(caller, "connection.update", conn.id, {"owner": conn.owner, "fields": sorted(data)}, started))
+        return JSONResponse(record.public())
 
     async def delete_connection(self, request: Request) -> Response:
         """DELETE /connections/{id}: remove an API-made connection."""

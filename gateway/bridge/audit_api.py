@@ -1,7 +1,8 @@
 """`GET /audit`: the caller's own audit records, filtered by time range, action, resource, status.
 
 Query parameters: `since`, `until` (ISO 8601, or seconds since the epoch), `action`, `resource`,
-`status`, `limit` (1–1000, default 100). Newest first.
+`scope` (`federation`, `bridge:<id>`, `connection:<id>`), `status`, `limit` (1–1000, default 100),
+`before` (a record's `seq`: only older records — the next page). Newest first.
 """
 
 from __future__ import annotations
@@ -56,10 +57,13 @@ class AuditApi:
         try:
             since, until = parse_time(params.get("since")), parse_time(params.get("until"))
             limit = int(params.get("limit", "100"))
+            before = int(params["before"]) if params.get("before") else None
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
         if not 1 <= limit <= 1000:
             raise BadRequest("limit must be between 1 and 1000")
+        if before is not None and not 0 <= before < 2**63:
+            raise BadRequest("before must be a record's seq")
         query = AuditQuery(
             actor_id=caller.actor_id,
             since=since,
@@ -67,6 +71,8 @@ class AuditApi:
             action=params.get("action"),
             resource=params.get("resource"),
             status=params.get("status"),
+            scope=params.get("scope"),
+            before=before,
             limit=limit,
         )
         records = await self._store.query_audit(query)

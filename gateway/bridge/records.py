@@ -8,7 +8,8 @@ from typing import Any, Literal
 Source = Literal["config", "api"]
 AuditAction = Literal[
     "mcp.tool_call", "mcp.pipeline_call",
-    "bridge.create", "bridge.delete", "bridge.graph_save", "connection.create", "connection.delete",
+    "bridge.create", "bridge.update", "bridge.delete", "bridge.graph_save",
+    "connection.create", "connection.update", "connection.delete",
 ]
 AuditStatus = Literal["success", "failure"]
 
@@ -99,4 +100,7 @@ class AuditQuery:
     action: str | None = None
     resource: str | None = None
     status: str | None = None
+    scope: str | None = None
+    before: int | None = None
+    """Only records older than this `seq` (the next page of a newest-first listing)."""
     limit: int = 100

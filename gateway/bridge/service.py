@@ -23,6 +23,7 @@ from gateway.bridge.api import BridgeApi
 from gateway.bridge.audit import AuditWriter
 from gateway.bridge.audit_api import AuditApi
 from gateway.bridge.config import BridgeConfig
+from gateway.bridge.editor_api import EditorApi
 from gateway.bridge.endpoint import McpEndpoint, build_manager, build_server
 from gateway.bridge.federation import Federation
 from gateway.bridge.gate import CallerGate
@@ -89,6 +90,9 @@ class BridgeService:
             limits=config.limits, audit=self.audit, egress=egress,
         )
         self._audit_api = AuditApi(self.store, api_authenticate, scrub=secrets.scrub)
+        self._editor_api = EditorApi(
+            self.store, federation, self.upstreams, self.handlers, api_authenticate, scrub=secrets.scrub
+        )
         self._stack: contextlib.AsyncExitStack | None = None
 
     async def start(self) -> None:
@@ -115,12 +119,13 @@ class BridgeService:
             await stack.aclose()
 
     def routes(self) -> list[starlette.routing.BaseRoute]:
-        """`/mcp`, `/mcp/{bridge_id}`, `/bridges...`, `/connections...`, `/audit`."""
+        """`/mcp`, `/mcp/{bridge_id}`, `/bridges...`, `/connections...`, `/audit`, the editor's routes."""
         return [
             starlette.routing.Route("/mcp", self._endpoint),
             starlette.routing.Route("/mcp/{bridge_id}", self._endpoint),
             *self._api.routes(),
             *self._audit_api.routes(),
+            *self._editor_api.routes(),
         ]
 
     async def _upsert_declared(self) -> None:

@@ -195,6 +195,7 @@ class SqliteStore:
         for column, op, value in (
             ("actor_id", "=", query.actor_id), ("ts", ">=", query.since), ("ts", "<", query.until),
             ("action", "=", query.action), ("resource", "=", query.resource), ("status", "=", query.status),
+            ("scope", "=", query.scope), ("seq", "<", query.before),
         ):
             if value is not None:
                 where.append(f"{column} {op} ?")

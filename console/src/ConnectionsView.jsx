@@ -1,0 +1,127 @@
+// C2: the connections and bridges of the account and its org — list, create, edit, delete.
+import { useCallback, useEffect, useState } from "react";
+import { api, owners } from "./api.js";
+
+function Field({ label, children }) {
+  return <label className="field"><span>{label}</span>{children}</label>;
+}
+
+function OwnerSelect({ value, onChange, name }) {
+  return (
+    <select name={name} value={value} onChange={(e) => onChange(e.target.value)}>
+      {owners().map((o) => <option key={o} value={o}>{o}</option>)}
+    </select>
+  );
+}
+
+const blankConnection = () => ({ id: "", endpoint: "", prefix: "", owner: owners()[0] });
+const blankBridge = () => ({ id: "", owner: owners()[0], connections: [] });
+
+export function ConnectionsView() {
+  const [connections, setConnections] = useState([]);
+  const [bridges, setBridges] = useState([]);
+  const [error, setError] = useState(null);
+  const [conn, setConn] = useState(blankConnection);
+  const [editingConn, setEditingConn] = useState(null);
+  const [bridge, setBridge] = useState(blankBridge);
+  const [editingBridge, setEditingBridge] = useState(null);
+
+  const load = useCallback(async () => {
+    const [c, b] = await Promise.all([api("GET", "/connections"), api("GET", "/bridges")]);
+    setConnections(c.data);
+    setBridges(b.data);
+  }, []);
+  useEffect(() => { load().catch((e) => setError(e.message)); }, [load]);
+
+  const act = async (fn) => {
+    setError(null);
+    try { await fn(); await load(); } catch (e) { setError(e.message); }
+  };
+
+  const saveConnection = (e) => {
+    e.preventDefault();
+    act(async () => {
+      const body = { endpoint: conn.endpoint };
+      if (conn.prefix !== "") body.prefix = conn.prefix;
+      if (editingConn) await api("PATCH", `/connections/${encodeURIComponent(editingConn)}`, body);
+      else await api("POST", "/connections", { ...body, id: conn.id, owner: conn.owner });
+      setConn(blankConnection()); setEditingConn(null);
+    });
+  };
+  const saveBridge = (e) => {
+    e.preventDefault();
+    act(async () => {
+      if (editingBridge) await api("PATCH", `/bridges/${encodeURIComponent(editingBridge)}`, { connections: bridge.connections });
+      else await api("POST", "/bridges", bridge);
+      setBridge(blankBridge()); setEditingBridge(null);
+    });
+  };
+  const toggle = (id) => setBridge((b) => ({
+    ...b, connections: b.connections.includes(id) ? b.connections.filter((c) => c !== id) : [...b.connections, id],
+  }));
+
+  return (
+    <main className="page">
+      {error && <p className="error" role="alert">{error}</p>}
+      <section>
+        <h2>Connections</h2>
+        <table className="list" data-testid="connections">
+          <thead><tr><th>id</th><th>owner</th><th>endpoint</th><th>prefix</th><th>credential</th><th>source</th><th></th></tr></thead>
+          <tbody>
+            {connections.map((c) => (
+              <tr key={c.id} data-id={c.id}>
+                <td>{c.id}</td><td>{c.owner}</td><td>{c.endpoint}</td><td>{c.prefix}</td>
+                <td>{c.authHeaderName ? `${c.authHeaderName}: (set, never shown)` : "none"}</td><td>{c.source}</td>
+                <td>{c.source === "api" && <>
+                  <button onClick={() => { setEditingConn(c.id); setConn({ id: c.id, endpoint: c.endpoint, prefix: c.prefix, owner: c.owner }); }}>Edit</button>
+                  <button onClick={() => act(() => api("DELETE", `/connections/${encodeURIComponent(c.id)}`))}>Delete</button>
+                </>}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+        <form className="inline" onSubmit={saveConnection} aria-label="connection">
+          <Field label="id"><input name="connection-id" value={conn.id} disabled={!!editingConn} required onChange={(e) => setConn({ ...conn, id: e.target.value })} /></Field>
+          <Field label="endpoint"><input name="connection-endpoint" value={conn.endpoint} required onChange={(e) => setConn({ ...conn, endpoint: e.target.value })} /></Field>
+          <Field label="prefix"><input name="connection-prefix" value={conn.prefix} placeholder="(its id)" onChange={(e) => setConn({ ...conn, prefix: e.target.value })} /></Field>
+          {!editingConn && <Field label="owner"><OwnerSelect name="connection-owner" value={conn.owner} onChange={(owner) => setConn({ ...conn, owner })} /></Field>}
+          <button type="submit">{editingConn ? "Save connection" : "Add connection"}</button>
+          {editingConn && <button type="button" onClick={() => { setEditingConn(null); setConn(blankConnection()); }}>Cancel</button>}
+        </form>
+        <p className="hint">A connection's credential is declared by the operator as a reference (<code>env:NAME</code>, <code>file:PATH</code>) in the gateway's YAML; the console shows only that one is set.</p>
+      </section>
+      <section>
+        <h2>Bridges</h2>
+        <table className="list" data-testid="bridges">
+          <thead><tr><th>id</th><th>owner</th><th>connections</th><th>MCP endpoint</th><th>source</th><th></th></tr></thead>
+          <tbody>
+            {bridges.map((b) => (
+              <tr key={b.id} data-id={b.id}>
+                <td><a href={`#/bridges/${encodeURIComponent(b.id)}`}>{b.id}</a></td><td>{b.owner}</td>
+                <td>{b.connections.join(", ")}</td><td><code>/mcp/{b.id}</code></td><td>{b.source}</td>
+                <td>
+                  <a className="button" href={`#/bridges/${encodeURIComponent(b.id)}`}>Edit graph</a>
+                  {b.source === "api" && <>
+                    <button onClick={() => { setEditingBridge(b.id); setBridge({ id: b.id, owner: b.owner, connections: b.connections }); }}>Edit</button>
+                    <button onClick={() => act(() => api("DELETE", `/bridges/${encodeURIComponent(b.id)}`))}>Delete</button>
+                  </>}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+        <form className="inline" onSubmit={saveBridge} aria-label="bridge">
+          <Field label="id"><input name="bridge-id" value={bridge.id} disabled={!!editingBridge} required onChange={(e) => setBridge({ ...bridge, id: e.target.value })} /></Field>
+          {!editingBridge && <Field label="owner"><OwnerSelect name="bridge-owner" value={bridge.owner} onChange={(owner) => setBridge({ ...bridge, owner })} /></Field>}
+          <fieldset><legend>connections</legend>
+            {connections.map((c) => (
+              <label key={c.id} className="check"><input type="checkbox" name={`bridge-conn-${c.id}`} checked={bridge.connections.includes(c.id)} onChange={() => toggle(c.id)} />{c.id}</label>
+            ))}
+          </fieldset>
+          <button type="submit">{editingBridge ? "Save bridge" : "Add bridge"}</button>
+          {editingBridge && <button type="button" onClick={() => { setEditingBridge(null); setBridge(blankBridge()); }}>Cancel</button>}
+        </form>
+      </section>
+    </main>
+  );
+}

@@ -1,0 +1,220 @@
+"""The console end to end in a real browser (C1–C4): Debian's chromium driven by Playwright against
+the real gateway, a Python-SDK MCP tool server as the connection, and the MCP SDK client on
+`/mcp/<bridgeId>`. Screenshots of each view: `TOOLGATE_CONSOLE_SCREENSHOTS=docs/console`."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from playwright.sync_api import Browser, BrowserContext, Page, expect
+
+from tests.support import canary
+from tests.support.bridge_servers import CallLog, mcp_http, tool_server
+from tests.support.browser import chromium, screenshot
+from tests.support.gateway import running_gateway, simple_config
+from tests.support.http_server import serve
+from tests.support.upstream import ScriptedUpstream
+from tests.support.waiting import wait_until
+
+
+@dataclass
+class Console:
+    url: str
+    tools_url: str
+    browser: Browser
+
+
+@pytest.fixture
+def console(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[Console]:
+    with serve(tool_server(CallLog(), delay=0.0)) as tools:
+        config = simple_config(
+            upstream.url,
+            auth={"mode": "api_keys", "api_keys": [
+                {"key": canary.ALICE_KEY_REF, "user_id": "alice", "org_id": "acme", "email": "alice@acme.test"},
+                {"key_sha256": hashlib.sha256(canary.BOB_KEY.encode()).hexdigest(), "user_id": "bob"},
+            ]},
+            bridge={"enabled": True, "database": str(tmp_path / "bridge.db"), "apiEndpointAllowPrivate": ["127.0.0.0/8"]},
+        )
+        with running_gateway(config, tmp_path) as gw, chromium() as browser:
+            yield Console(gw.url, tools.url, browser)
+
+
+def signed_in(console: Console, key: str, shot: str | None = None) -> tuple[BrowserContext, Page, list[str]]:
+    """A new browser context (its own cookies) signed in with `key`; the list collects CSP reports."""
+    context = console.browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    violations: list[str] = []
+    page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+    page.goto(console.url + "/console")
+    if shot:
+        screenshot(page, shot)
+    page.fill("input[name=api_key]", key)
+    page.click("button:has-text('Sign in')")
+    expect(page.get_by_role("heading", name="Connections")).to_be_visible()
+    return context, page, violations
+
+
+def node(page: Page, node_id: str) -> Any:
+    return page.locator(f'.react-flow__node[data-id="{node_id}"]')
+
+
+def draw_edge(page: Page, source: str, source_port: str, target: str, target_port: str) -> None:
+    """Drag from an output port to an input port, as a user does."""
+    start = node(page, source).locator(f'.react-flow__handle[data-handleid="out:{source_port}"]').bounding_box()
+    end = node(page, target).locator(f'.react-flow__handle[data-handleid="in:{target_port}"]').bounding_box()
+    assert start is not None and end is not None
+    page.mouse.move(start["x"] + start["width"] / 2, start["y"] + start["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(end["x"] + end["width"] / 2, end["y"] + end["height"] / 2, steps=12)
+    page.mouse.up()
+
+
+def add_node(page: Page, kind: str, node_id: str) -> None:
+    page.click(f"button:has-text('+ {kind}')")
+    expect(node(page, node_id)).to_be_visible()
+
+
+def choose_tool(page: Page, node_id: str, tool: str) -> None:
+    node(page, node_id).click()
+    page.select_option("select[name=connection]", "tools")
+    expect(page.locator(f"select[name=tool] option[value='{tool}']")).to_have_count(1)
+    page.select_option("select[name=tool]", tool)
+
+
+def audit_count(context: BrowserContext, url: str, **filters: str) -> int:
+    answer = context.request.get(url + "/audit", params=filters)
+    assert answer.ok
+    return len(answer.json()["data"])
+
+
+async def call_over_mcp(url: str, name: str, arguments: dict[str, Any]) -> Any:
+    async with Client(streamable_http_client(url, http_client=mcp_http("alice-key"))) as client:
+        return await client.call_tool(name, arguments)
+
+
+def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_another_account_sees_none_of_it(console: Console) -> None:
+    # R: C1, C2, C3, C4
+    alice, page, violations = signed_in(console, canary.ALICE_KEY, shot="signin")
+
+    # C2: a connection to the test MCP server and a bridge over it
+    page.fill("input[name=connection-id]", "tools")
+    page.fill("input[name=connection-endpoint]", console.tools_url + "/mcp")
+    page.click("button:has-text('Add connection')")
+    expect(page.locator('[data-testid=connections] tr[data-id="tools"]')).to_contain_text(console.tools_url)
+    page.fill("input[name=bridge-id]", "pipes")
+    page.check("input[name=bridge-conn-tools]")
+    page.click("button:has-text('Add bridge')")
+    expect(page.locator('[data-testid=bridges] tr[data-id="pipes"]')).to_contain_text("tools")
+    screenshot(page, "connections")
+
+    # C3: draw input -> echo -> output; the input's port is renamed in the inspector
+    page.locator('[data-testid=bridges] tr[data-id="pipes"]').get_by_text("Edit graph").click()
+    expect(page.get_by_text("Bridge pipes")).to_be_visible()
+    add_node(page, "input", "in1")
+    page.fill("input[name=new-arguments]", "text")
+    page.click("button:has-text('Add port')")
+    page.click("button[aria-label='remove port query']")
+    expect(node(page, "in1").locator('[data-handleid="out:text"]')).to_have_count(1)
+    expect(node(page, "in1").locator('[data-handleid="out:query"]')).to_have_count(0)
+    add_node(page, "tool", "t1")
+    choose_tool(page, "t1", "echo")
+    expect(node(page, "t1").locator('[data-handleid="in:text"]')).to_have_count(1)  # ports from the input schema
+    expect(node(page, "t1").locator('[data-handleid="in:prefix"]')).to_have_count(1)
+    add_node(page, "output", "out1")
+    add_node(page, "tool", "t2")
+    choose_tool(page, "t2", "echo")
+    draw_edge(page, "in1", "text", "t1", "text")
+    draw_edge(page, "t1", "result", "out1", "result")
+    draw_edge(page, "t1", "result", "t2", "text")
+    expect(page.locator(".react-flow__edge")).to_have_count(3)
+    draw_edge(page, "t2", "result", "t1", "prefix")  # t1 -> t2 -> t1: refused while drawing
+    expect(page.get_by_role("status")).to_contain_text("would close a cycle")
+    expect(page.locator(".react-flow__edge")).to_have_count(3)
+
+    # a bad graph: a tool whose name breaks the pattern is shown on its node, and nothing is saved
+    add_node(page, "tool", "t3")
+    choose_tool(page, "t3", "weird.tool/v2")
+    page.click("button:has-text('Add pipeline')")
+    page.fill("input[name=pipeline-name-0]", "shout")
+    page.click("button:has-text('Save')")
+    expect(node(page, "t3").locator(".problem")).to_contain_text("tool name must match")
+    expect(page.get_by_role("status")).to_contain_text("Not saved")
+    assert alice.request.get(console.url + "/bridges/pipes/graph").json()["nodes"] == []
+    screenshot(page, "editor-problem")
+
+    node(page, "t3").click()
+    page.click("button:has-text('Delete node')")
+    page.click("button:has-text('Save')")
+    expect(page.get_by_role("status")).to_have_text("Saved.")
+    saved = alice.request.get(console.url + "/bridges/pipes/graph").json()
+    assert {n["id"] for n in saved["nodes"]} == {"in1", "t1", "t2", "out1"}
+    assert [(e["from"], e["to"]) for e in saved["edges"]] == [
+        ({"node": "in1", "port": "text"}, {"node": "t1", "port": "text"}),
+        ({"node": "t1", "port": "result"}, {"node": "out1", "port": "result"}),
+        ({"node": "t1", "port": "result"}, {"node": "t2", "port": "text"}),
+    ]
+    assert saved["pipelines"] == [{"id": "p1", "name": "shout", "inputNode": "in1", "outputNode": "out1"}]
+
+    # positions are kept: after a reload each node stands where the graph says
+    page.reload()
+    for saved_node in saved["nodes"]:
+        x, y = saved_node["position"]["x"], saved_node["position"]["y"]
+        expect(node(page, saved_node["id"])).to_have_css("transform", f"matrix(1, 0, 0, 1, {x}, {y})")
+
+    # the pipeline tried from the editor: its result, then its failure naming the node
+    page.fill("textarea[name=try-arguments]", '{"text": "hi from the editor"}')
+    page.click("button:has-text('Run')")
+    expect(page.get_by_test_id("try-result")).to_contain_text('"result": "hi from the editor"')
+    screenshot(page, "editor")
+    page.fill("textarea[name=try-arguments]", "{}")
+    page.click("button:has-text('Run')")
+    expect(page.get_by_test_id("try-result")).to_contain_text("node t1 (echo) failed")
+
+    # the same pipeline through /mcp/<bridgeId> with the MCP SDK client
+    with ThreadPoolExecutor(1) as thread:  # Playwright's sync API holds this thread's event loop
+        result = thread.submit(asyncio.run, call_over_mcp(console.url + "/mcp/pipes", "shout", {"text": "hi over MCP"})).result()
+    assert not result.is_error and result.structured_content == {"result": "hi over MCP"}
+
+    # C4: both calls in Audit Logs, newest first, filtered
+    assert wait_until(lambda: audit_count(alice, console.url, action="mcp.pipeline_call") == 3)
+    page.click("a:has-text('Audit Logs')")
+    expect(page.get_by_role("heading", name="Audit Logs")).to_be_visible()
+    rows = page.locator("[data-testid=audit] tbody tr")
+    expect(rows.first).to_contain_text("mcp.pipeline_call")  # the MCP call was the last one
+    page.fill("input[name=action]", "mcp.pipeline_call")
+    page.select_option("select[name=status]", "success")
+    page.fill("input[name=scope]", "bridge:pipes")
+    page.click("button:has-text('Filter')")
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0)).to_contain_text("shout")
+    screenshot(page, "audit")
+    page.fill("input[name=action]", "")
+    page.select_option("select[name=status]", "")
+    page.fill("input[name=scope]", "")
+    page.click("button:has-text('Filter')")
+    expect(rows).to_have_count(6)  # every record of alice's, newest first: 3 runs, the save, the bridge, the connection
+    expect(rows.nth(3)).to_contain_text("bridge.graph_save")
+    expect(rows.nth(5)).to_contain_text("connection.create")
+    assert violations == []
+
+    # a second account in a second browser context sees none of it
+    bob, bob_page, bob_violations = signed_in(console, canary.BOB_KEY)
+    expect(bob_page.locator("[data-testid=connections] tbody tr")).to_have_count(0)
+    expect(bob_page.locator("[data-testid=bridges] tbody tr")).to_have_count(0)
+    assert bob.request.get(console.url + "/bridges/pipes/graph").status == 404
+    bob_page.click("a:has-text('Audit Logs')")
+    expect(bob_page.get_by_text("No records.")).to_be_visible()
+    expect(bob_page.locator("[data-testid=audit] tbody tr")).to_have_count(0)
+    assert re.search(re.escape(canary.ALICE_KEY), bob_page.content()) is None and bob_violations == []
+    alice.close()
+    bob.close()
