@@ -12,13 +12,15 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx2
 import pytest
+from playwright.sync_api import expect
 
 from tests.support import canary
 from tests.support.bridge_servers import CallLog, tool_server
+from tests.support.browser import chromium, screenshot
 from tests.support.gateway import running_gateway
 from tests.support.http_server import ServerThread, serve
 from tests.support.node_servers import free_port
-from tests.support.oidc import OidcProvider, sign_in
+from tests.support.oidc import ACCOUNTS, OidcProvider, sign_in
 from tests.support.upstream import ScriptedUpstream
 
 CONSOLE_CLIENT = "toolgate-console"
@@ -140,3 +142,27 @@ async def test_a_callback_from_another_browser_a_refusal_or_a_forged_state_signs
     assert refused.status_code == 400 and "refused the sign-in (access_denied)" in refused.text
     assert forged.status_code == 400 and "unknown or expired" in forged.text
     assert re.search(r"<script>", planted.text) is None
+
+
+def test_a_person_signs_in_to_the_console_through_the_issuer_in_chromium(gateway: ServerThread, issuer: OidcProvider) -> None:
+    # R: C1
+    with chromium() as browser:
+        context = browser.new_context(viewport={"width": 1440, "height": 900})
+        page = context.new_page()
+        page.goto(gateway.url + "/console")
+        expect(page.locator("input[name=api_key]")).to_have_count(0)
+        page.click(f"a:has-text('Sign in with 127.0.0.1:{issuer.port}')")
+        expect(page.locator("#login")).to_be_visible()  # the issuer's own page
+        assert page.url.startswith(issuer.issuer + "/interaction/")
+        screenshot(page, "signin-issuer")
+        page.fill("#login", "alice")
+        page.fill("#password", ACCOUNTS["alice"]["password"])
+        page.click("#submit")
+        expect(page.get_by_role("heading", name="Connections")).to_be_visible()
+        assert page.url == gateway.url + "/console"
+        expect(page.get_by_text("alice@acme.test")).to_be_visible()
+        cookies = {c["name"]: c for c in context.cookies(gateway.url)}
+        session = cookies["toolgate_console"]
+        assert session["httpOnly"] and session["sameSite"] == "Strict"
+        assert "toolgate_console_login" not in cookies  # the sign-in's own cookie is gone
+        context.close()
