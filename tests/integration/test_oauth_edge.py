@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx2
 import jwt
@@ -96,8 +97,9 @@ def metadata_pointer(gateway: str, rpath: str) -> str:
     return f'resource_metadata="{gateway}/.well-known/oauth-protected-resource{rpath}"'
 
 
+@pytest.mark.parametrize("rpath", ["/mcp", "/mcp/demo"])
 async def test_the_sdk_oauth_client_discovers_signs_in_and_lists_tools_on_mcp(
-    upstream: ScriptedUpstream, tools: ServerThread, issuer: OidcProvider, tmp_path: Path
+    upstream: ScriptedUpstream, tools: ServerThread, issuer: OidcProvider, tmp_path: Path, rpath: str
 ) -> None:
     # R: F16, F1, F2, G3
     port = free_port()
@@ -113,27 +115,27 @@ async def test_the_sdk_oauth_client_discovers_signs_in_and_lists_tools_on_mcp(
             return AuthorizationCodeResult(**await sign_in(browser, sent_to[-1], "alice", REDIRECT))
 
         provider = OAuthClientProvider(
-            f"{gw.url}/mcp",
+            f"{gw.url}{rpath}",
             OAuthClientMetadata(redirect_uris=[REDIRECT], client_name="toolgate test client", token_endpoint_auth_method="none",
                                 grant_types=["authorization_code", "refresh_token"], response_types=["code"]),
             storage, redirect_handler=redirect, callback_handler=callback,
         )
         async with browser, httpx2.AsyncClient(auth=provider, timeout=30) as http:
-            async with Client(streamable_http_client(f"{gw.url}/mcp", http_client=http)) as client:
+            async with Client(streamable_http_client(f"{gw.url}{rpath}", http_client=http)) as client:
                 names = {tool.name for tool in (await client.list_tools()).tools}
                 echoed = await client.call_tool("tools__echo", {"text": "signed in"})
         assert storage.tokens is not None and storage.client is not None
         token = storage.tokens.access_token
-        # the same token, presented by hand: good on /mcp, not on /v1 (another resource)
+        # the same token, presented by hand: good on its resource, not on /v1 (another one)
         async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}) as by_hand:
             chat = await by_hand.post(f"{gw.url}/v1/chat/completions", json=CHAT)
     assert "tools__echo" in names  # alice's connection: the token's subject became alice (G3)
     assert echoed.content[0].text == "signed in"
     authorize = sent_to[0]
     assert authorize.startswith(issuer.issuer + "/auth?") and "code_challenge_method=S256" in authorize
-    assert f"resource={gw.url.replace(':', '%3A').replace('/', '%2F')}%2Fmcp" in authorize
+    assert "resource=" + quote(gw.url + rpath, safe="") in authorize
     claims = claims_of(token)
-    assert (claims["iss"], claims["aud"], claims["sub"], claims["email"]) == (issuer.issuer, f"{gw.url}/mcp", "alice", "alice@acme.test")
+    assert (claims["iss"], claims["aud"], claims["sub"], claims["email"]) == (issuer.issuer, gw.url + rpath, "alice", "alice@acme.test")
     assert "toolgate" in claims["scope"].split()
     assert storage.client.client_id and storage.client.client_id == claims["client_id"]  # registered dynamically
     assert chat.status_code == 401 and "InvalidAudienceError" in chat.json()["error"]["message"]
