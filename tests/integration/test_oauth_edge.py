@@ -129,6 +129,8 @@ async def test_the_sdk_oauth_client_discovers_signs_in_and_lists_tools_on_mcp(
         # the same token, presented by hand: good on its resource, not on /v1 (another one)
         async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}) as by_hand:
             chat = await by_hand.post(f"{gw.url}/v1/chat/completions", json=CHAT)
+            # a token for /mcp holds for the bridges under it; a bridge's token only for that bridge
+            other = await by_hand.post(f"{gw.url}{'/mcp/demo' if rpath == '/mcp' else '/mcp'}", json=INITIALIZE, headers=MCP_HEADERS)
     assert "tools__echo" in names  # alice's connection: the token's subject became alice (G3)
     assert echoed.content[0].text == "signed in"
     authorize = sent_to[0]
@@ -140,6 +142,7 @@ async def test_the_sdk_oauth_client_discovers_signs_in_and_lists_tools_on_mcp(
     assert storage.client.client_id and storage.client.client_id == claims["client_id"]  # registered dynamically
     assert chat.status_code == 401 and "InvalidAudienceError" in chat.json()["error"]["message"]
     assert metadata_pointer(gw.url, "/v1") in chat.headers["www-authenticate"]
+    assert other.status_code == (200 if rpath == "/mcp" else 401)
 
 
 async def test_tokens_for_v1_or_the_whole_gateway_and_api_keys_work_beside_each_other(
