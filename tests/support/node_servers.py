@@ -72,6 +72,13 @@ def start_node(argv: list[str], cwd: Path, port: int, marker: str, what: str, lo
     return process
 
 
+def stop_node(process: subprocess.Popen[str] | None) -> None:
+    """Kill a server `start_node` started (None: nothing to do) and wait for it."""
+    if process is not None:
+        process.kill()
+        process.wait(10)
+
+
 class EverythingServer:
     """server-everything's Streamable HTTP transport in a child process."""
 
@@ -93,9 +100,7 @@ class EverythingServer:
     def stop(self) -> None:
         """Kill the process and wait for it (its sessions die with it)."""
         process, self.process = self.process, None
-        if process is not None:
-            process.kill()
-            process.wait(10)
+        stop_node(process)
 
     def restart(self) -> None:
         """A new process on the same port: the old sessions are unknown to it."""

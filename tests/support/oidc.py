@@ -24,7 +24,7 @@ import httpx2
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.support.node_servers import NODE_DIR, free_port, require_node, start_node
+from tests.support.node_servers import NODE_DIR, free_port, require_node, start_node, stop_node
 
 OIDC_DIR = NODE_DIR / "oidc"
 SERVER = OIDC_DIR / "server.mjs"
@@ -59,9 +59,7 @@ class OidcProvider:
 
     def stop(self) -> None:
         process, self.process = self.process, None
-        if process is not None:
-            process.kill()
-            process.wait(10)
+        stop_node(process)
 
     def __enter__(self) -> "OidcProvider":
         return self.start()
