@@ -6,11 +6,12 @@ problem as `file: dotted.path: what was expected`.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.bridge.config import BridgeConfig
 from gateway.registry import PLUGIN_TYPES, PluginConfig, plugin_id
@@ -77,7 +78,6 @@ class JwtSettings(ClaimMap):
         return self
 
 
-_HTTP_URL = r"^https?://[^/?#\s]+$"
 ASYMMETRIC_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 
 
@@ -105,12 +105,20 @@ class OAuthSettings(ClaimMap):
     resource or one that contains it."""
 
     issuer: str = Field(pattern=r"^https?://[^?#\s]+$", description="the authorization server's issuer identifier")
-    public_url: str = Field(pattern=_HTTP_URL, description="this gateway's origin as clients reach it, e.g. https://gw.example.com")
+    public_url: str = Field(description="this gateway's origin as clients reach it, e.g. https://gw.example.com")
     jwks_url: str | None = Field(default=None, pattern=r"^https?://\S+$", description="default: `jwks_uri` of the issuer's metadata")
     algorithms: list[str] = Field(default_factory=lambda: ["RS256", "PS256", "ES256", "EdDSA"], min_length=1)
     scopes: OAuthScopes = Field(default_factory=OAuthScopes)
     leeway_seconds: float = Field(default=30, ge=0, le=300, description="clock skew allowed on exp/nbf/iat")
     console: ConsoleClient | None = Field(default=None, description="sign the console in through this issuer")
+
+    @field_validator("public_url")
+    @classmethod
+    def _origin(cls, value: str) -> str:
+        origin = value.rstrip("/")
+        if not re.fullmatch(r"https?://[^/?#\s]+", origin):
+            raise ValueError("must be this gateway's origin as clients reach it (scheme://host[:port]), without a path")
+        return origin
 
     @model_validator(mode="after")
     def _asymmetric(self) -> "OAuthSettings":

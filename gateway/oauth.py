@@ -249,14 +249,20 @@ class ResourceServer:
 
         def serve(rpath_of: Any) -> Any:
             async def endpoint(request: Request) -> Response:
-                # public, and read by browser-based clients of other origins
-                return JSONResponse(self.metadata(rpath_of(request)), headers={"access-control-allow-origin": "*"})
+                # public, and read by browser-based clients of other origins (preflight included)
+                if request.method == "OPTIONS":
+                    return Response(status_code=204, headers={**_CORS, "access-control-allow-methods": "GET",
+                                                              "access-control-allow-headers": "*", "access-control-max-age": "86400"})
+                return JSONResponse(self.metadata(rpath_of(request)), headers=_CORS)
             return endpoint
 
         paths: list[tuple[str, Any]] = [("", lambda r: ""), (MODEL_API, lambda r: MODEL_API)]
         if mcp:
             paths += [("/mcp", lambda r: "/mcp"), ("/mcp/{bridge_id}", lambda r: "/mcp/" + r.path_params["bridge_id"])]
-        return [Route(METADATA_PATH + suffix, serve(rpath_of), methods=["GET"]) for suffix, rpath_of in paths]
+        return [Route(METADATA_PATH + suffix, serve(rpath_of), methods=["GET", "OPTIONS"]) for suffix, rpath_of in paths]
+
+
+_CORS = {"access-control-allow-origin": "*"}
 
 
 def _scopes(claims: dict[str, Any]) -> set[str]:

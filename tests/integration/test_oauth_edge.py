@@ -182,6 +182,9 @@ async def test_protected_resource_metadata_names_each_resource_and_the_issuer(
         async with httpx2.AsyncClient() as http:
             documents = {rpath: await http.get(f"{gw.url}/.well-known/oauth-protected-resource{rpath}")
                          for rpath in ("", "/mcp", "/mcp/demo", "/v1")}
+            preflight = await http.options(f"{gw.url}/.well-known/oauth-protected-resource/mcp", headers={
+                "origin": "https://app.example", "access-control-request-method": "GET",
+                "access-control-request-headers": "mcp-protocol-version"})
             bare = await http.post(f"{gw.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
             bare_bridge = await http.get(f"{gw.url}/mcp/demo")
             bare_chat = await http.post(f"{gw.url}/v1/chat/completions", json=CHAT)
@@ -191,6 +194,7 @@ async def test_protected_resource_metadata_names_each_resource_and_the_issuer(
             "resource": gw.url + rpath, "authorization_servers": [issuer.issuer], "scopes_supported": ["toolgate"],
             "bearer_methods_supported": ["header"], "resource_name": "toolgate",
         }
+    assert preflight.status_code == 204 and preflight.headers["access-control-allow-origin"] == "*"
     assert bare.status_code == 401
     assert bare.headers["www-authenticate"] == f'Bearer {metadata_pointer(gw.url, "/mcp")}, scope="toolgate"'
     assert bare_bridge.headers["www-authenticate"] == f'Bearer {metadata_pointer(gw.url, "/mcp/demo")}, scope="toolgate"'
@@ -272,7 +276,7 @@ async def test_an_issuer_that_does_not_answer_gives_503_saying_why_and_the_gatew
     ({"mode": "none"}, "an 'oauth' section works with mode 'oauth' (access tokens) or 'api_keys' (keys and access tokens)"),
     ({"mode": "oauth", "oauth": None}, "mode 'oauth' needs an 'oauth' section (issuer, public_url)"),
     ({"mode": "oauth", "algorithms": ["HS256", "RS256"]}, "algorithms ['HS256'] are not public-key signatures"),
-    ({"mode": "oauth", "public_url": "https://gw.example.com/prefix"}, "auth.oauth.public_url: String should match pattern"),
+    ({"mode": "oauth", "public_url": "https://gw.example.com/prefix"}, "auth.oauth.public_url: must be this gateway's origin as clients reach it (scheme://host[:port]), without a path"),
 ])
 def test_an_oauth_section_that_cannot_protect_anything_is_refused_at_load(auth: dict[str, Any], problem: str) -> None:
     # R: F16, G8
