@@ -20,10 +20,17 @@ from tests.support.browser import chromium, screenshot
 from tests.support.gateway import running_gateway
 from tests.support.http_server import ServerThread, serve
 from tests.support.node_servers import free_port
-from tests.support.oidc import ACCOUNTS, OidcProvider, sign_in
+from tests.support.oidc import (
+    CONSOLE_CLIENT,
+    CONSOLE_SECRET_ENV,
+    OidcProvider,
+    console_client,
+    oauth_section,
+    sign_in,
+    sign_in_in_browser,
+)
 from tests.support.upstream import ScriptedUpstream
 
-CONSOLE_CLIENT = "toolgate-console"
 CONSOLE_SECRET = "console-client-secret-7f3a9c"  # noqa: S105 (a test client's secret)
 
 
@@ -34,23 +41,16 @@ def port() -> int:
 
 @pytest.fixture
 def issuer(port: int) -> Iterator[OidcProvider]:
-    console = {"client_id": CONSOLE_CLIENT, "client_secret": CONSOLE_SECRET, "grant_types": ["authorization_code"],
-               "response_types": ["code"], "redirect_uris": [f"http://127.0.0.1:{port}/console/callback"],
-               "token_endpoint_auth_method": "client_secret_basic"}
-    with OidcProvider(clients=[console]) as provider:
+    with OidcProvider(clients=[console_client(port, CONSOLE_SECRET)]) as provider:
         yield provider
 
 
 @pytest.fixture
 def gateway(upstream: ScriptedUpstream, issuer: OidcProvider, port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServerThread]:
-    monkeypatch.setenv("TOOLGATE_TEST_CONSOLE_SECRET", CONSOLE_SECRET)
+    monkeypatch.setenv(CONSOLE_SECRET_ENV, CONSOLE_SECRET)
     with serve(tool_server(CallLog(), delay=0)) as tools:
         config: dict[str, Any] = {
-            "auth": {"mode": "oauth", "oauth": {
-                "issuer": issuer.issuer, "public_url": f"http://127.0.0.1:{port}",
-                "console": {"client_id": CONSOLE_CLIENT, "client_secret": "env:TOOLGATE_TEST_CONSOLE_SECRET",
-                            "scopes": ["openid", "email", "profile", "org"]},
-            }},
+            "auth": {"mode": "oauth", "oauth": oauth_section(issuer.issuer, port)},
             "upstreams": [{"name": "echo", "kind": "inspect"}],
             "routes": [{"model": "m", "upstream": "echo"}],
             "bridge": {
@@ -147,17 +147,15 @@ def test_a_person_signs_in_to_the_console_through_the_issuer_in_chromium(gateway
     with chromium() as browser:
         context = browser.new_context(viewport={"width": 1440, "height": 900})
         page = context.new_page()
+        pages: list[str] = []
+        page.on("framenavigated", lambda frame: pages.append(frame.url) if frame == page.main_frame else None)
         page.goto(gateway.url + "/console")
         expect(page.locator("input[name=api_key]")).to_have_count(0)
-        page.click(f"a:has-text('Sign in with 127.0.0.1:{issuer.port}')")
-        expect(page.locator("#login")).to_be_visible()  # the issuer's own page
-        assert page.url.startswith(issuer.issuer + "/interaction/")
-        screenshot(page, "signin-issuer")
-        page.fill("#login", "alice")
-        page.fill("#password", ACCOUNTS["alice"]["password"])
-        page.click("#submit")
+        screenshot(page, "signin-oauth")
+        sign_in_in_browser(page, gateway.url, issuer, "alice")
         expect(page.get_by_role("heading", name="Connections")).to_be_visible()
-        assert page.url == gateway.url + "/console"
+        assert any(url.startswith(issuer.issuer + "/interaction/") for url in pages)  # the issuer's own login page
+        assert any(url.startswith(gateway.url + "/console/callback?") for url in pages)
         expect(page.get_by_text("alice@acme.test")).to_be_visible()
         cookies = {c["name"]: c for c in context.cookies(gateway.url)}
         session = cookies["toolgate_console"]

@@ -128,3 +128,34 @@ async def access_token(issuer: str, resource: str, user: str, scope: str = "tool
             "client_id": client_id, "code_verifier": verifier, "resource": resource})
         assert answer.status_code == 200, answer.text
         return str(answer.json()["access_token"])
+
+
+CONSOLE_CLIENT = "toolgate-console"
+CONSOLE_SECRET_ENV = "TOOLGATE_TEST_CONSOLE_SECRET"
+
+
+def console_client(gateway_port: int, secret: str) -> dict[str, Any]:
+    """The console's registration at the issuer (`OidcProvider(clients=[...])`): a confidential
+    client whose redirect URI is the gateway's `/console/callback`."""
+    return {"client_id": CONSOLE_CLIENT, "client_secret": secret, "grant_types": ["authorization_code"],
+            "response_types": ["code"], "redirect_uris": [f"http://127.0.0.1:{gateway_port}/console/callback"],
+            "token_endpoint_auth_method": "client_secret_basic"}
+
+
+def oauth_section(issuer: str, gateway_port: int, **more: Any) -> dict[str, Any]:
+    """`auth.oauth` for a gateway on `gateway_port` whose console signs in through `issuer` (the
+    client secret by reference: `CONSOLE_SECRET_ENV` must hold it)."""
+    return {"issuer": issuer, "public_url": f"http://127.0.0.1:{gateway_port}",
+            "console": {"client_id": CONSOLE_CLIENT, "client_secret": f"env:{CONSOLE_SECRET_ENV}",
+                        "scopes": ["openid", "email", "profile", "org"]}, **more}
+
+
+def sign_in_in_browser(page: Any, gateway_url: str, issuer: OidcProvider, user: str) -> None:
+    """In a Playwright page: the console's sign-in button, the issuer's login form, back to the console."""
+    page.goto(gateway_url + "/console")
+    page.click(f"a:has-text('Sign in with 127.0.0.1:{issuer.port}')")
+    page.wait_for_url(issuer.issuer + "/interaction/**")
+    page.fill("#login", user)
+    page.fill("#password", ACCOUNTS[user]["password"])
+    page.click("#submit")
+    page.wait_for_url(gateway_url + "/console")
