@@ -287,3 +287,25 @@ def test_an_oauth_section_that_cannot_protect_anything_is_refused_at_load(auth: 
     with pytest.raises(ConfigError) as caught:
         parse_config(config, "gw.yaml")
     assert any(problem in line for line in caught.value.problems), caught.value.problems
+
+
+async def test_a_rotated_signing_key_is_fetched_when_a_token_names_it(
+    upstream: ScriptedUpstream, tools: ServerThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # R: F16
+    port = free_port()
+    mcp = f"http://127.0.0.1:{port}/mcp"
+    with OidcProvider() as rotating, running_gateway(oauth_config(upstream, tools, rotating.issuer, port), tmp_path, port=port) as gw:
+        old = await access_token(rotating.issuer, mcp, "alice")
+        async with httpx2.AsyncClient(headers=MCP_HEADERS) as http:
+            def initialize(token: str) -> Any:
+                return http.post(f"{gw.url}/mcp", json=INITIALIZE, headers={"authorization": f"Bearer {token}"})
+            before = await initialize(old)
+            rotating.rotate_key()
+            new = await access_token(rotating.issuer, mcp, "alice")
+            monkeypatch.setattr("gateway.oauth.KEYS_REFRESH_SECONDS", 0.0)  # the refetch's rate limit, not waited out here
+            after = await initialize(new)
+            retired = await initialize(old)
+    assert jwt.get_unverified_header(old)["kid"] != jwt.get_unverified_header(new)["kid"]
+    assert before.status_code == 200 and after.status_code == 200
+    assert retired.status_code == 401 and "no key of the issuer's JWKS matches" in retired.json()["error"]["message"]

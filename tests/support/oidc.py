@@ -41,16 +41,21 @@ class OidcProvider:
         self.node = require_node(OIDC_DIR / "node_modules" / "oidc-provider" / "package.json")
         self.port = free_port()
         self.issuer = f"http://127.0.0.1:{self.port}"
+        self._env = {"OIDC_ACCOUNTS": json.dumps(ACCOUNTS), "OIDC_SCOPES": scopes, "OIDC_CLIENTS": json.dumps(clients or [])}
+        self._new_key()
+        self.process: Any = None
+
+    def _new_key(self) -> None:
         self.private_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.kid = uuid.uuid4().hex[:16]
         jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.private_key))
-        self._env = {
-            "OIDC_JWKS": json.dumps({"keys": [{**jwk, "kid": self.kid, "use": "sig", "alg": "RS256"}]}),
-            "OIDC_ACCOUNTS": json.dumps(ACCOUNTS),
-            "OIDC_SCOPES": scopes,
-            "OIDC_CLIENTS": json.dumps(clients or []),
-        }
-        self.process: Any = None
+        self._env["OIDC_JWKS"] = json.dumps({"keys": [{**jwk, "kid": self.kid, "use": "sig", "alg": "RS256"}]})
+
+    def rotate_key(self) -> None:
+        """The issuer replaces its signing key (a new `kid`): restarted on the same port with only the new one."""
+        self.stop()
+        self._new_key()
+        self.start()
 
     def start(self) -> "OidcProvider":
         self.process = start_node([self.node, str(SERVER)], OIDC_DIR, self.port, "oidc-provider listening",
