@@ -85,6 +85,10 @@ class PendingLogins:
             self._table.popitem(last=False)
         self._table[_digest(state)] = login
 
+    def discard(self, state: str | None) -> None:
+        if state:
+            self._table.pop(_digest(state), None)
+
     def take(self, state: str, browser_cookie: str | None) -> PendingLogin:
         login = self._table.pop(_digest(state), None)
         if login is None or self._clock() - login.created > PENDING_SECONDS:
@@ -134,6 +138,7 @@ class OidcSignIn:
         params = request.query_params
         try:
             if params.get("error"):
+                self.pending.discard(params.get("state"))
                 raise SignInFailed(f"The authorization server refused the sign-in ({params['error'][:100]}).")
             state, code = params.get("state"), params.get("code")
             if not state or not code:
@@ -172,6 +177,9 @@ class OidcSignIn:
             raise SignInFailed(f"The ID token was not accepted ({exc}).") from None
         if not hmac.compare_digest(str(claims.get("nonce", "")).encode(), login.nonce.encode()):
             raise SignInFailed("The ID token was not accepted (nonce).")
+        audience = claims.get("aud")
+        if isinstance(audience, list) and len(audience) > 1 and claims.get("azp") != self.client.client_id:
+            raise SignInFailed("The ID token was not accepted (issued to another party: azp).")  # OIDC Core §3.1.3.7
         access = tokens.get("access_token")
         if metadata.get("userinfo_endpoint") and isinstance(access, str):
             claims = {**await self._userinfo(str(metadata["userinfo_endpoint"]), access, claims["sub"]), **claims}
