@@ -12,6 +12,7 @@ export function AuditView() {
   const [records, setRecords] = useState([]);
   const [more, setMore] = useState(false);
   const [error, setError] = useState(null);
+  const [asked, setAsked] = useState(0);  // each Filter click reads the log again, even with the same filters
   const before = pages[pages.length - 1];
 
   useEffect(() => {
@@ -23,9 +24,9 @@ export function AuditView() {
     api("GET", `/audit?${query}`)
       .then((r) => { setRecords(r.data.slice(0, PAGE)); setMore(r.data.length > PAGE); setError(null); })
       .catch((e) => setError(e.message));
-  }, [applied, before]);
+  }, [applied, before, asked]);
 
-  const apply = (e) => { e.preventDefault(); setApplied(filters); setPages([null]); };
+  const apply = (e) => { e.preventDefault(); setApplied(filters); setPages([null]); setAsked((n) => n + 1); };
 
   return (
     <main className="page">

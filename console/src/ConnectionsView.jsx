@@ -14,7 +14,7 @@ function OwnerSelect({ value, onChange, name }) {
   );
 }
 
-const blankConnection = () => ({ id: "", endpoint: "", prefix: "", owner: owners()[0] });
+const blankConnection = () => ({ id: "", endpoint: "", prefix: "", owner: owners()[0], header: "", secret: "" });
 const blankBridge = () => ({ id: "", owner: owners()[0], connections: [] });
 
 export function ConnectionsView() {
@@ -43,6 +43,7 @@ export function ConnectionsView() {
     act(async () => {
       const body = { endpoint: conn.endpoint };
       if (conn.prefix !== "") body.prefix = conn.prefix;
+      if (conn.secret !== "") { body.authHeaderName = conn.header || "Authorization"; body.authSecret = conn.secret; }
       if (editingConn) await api("PATCH", `/connections/${encodeURIComponent(editingConn)}`, body);
       else await api("POST", "/connections", { ...body, id: conn.id, owner: conn.owner });
       setConn(blankConnection()); setEditingConn(null);
@@ -73,7 +74,7 @@ export function ConnectionsView() {
                 <td>{c.id}</td><td>{c.owner}</td><td>{c.endpoint}</td><td>{c.prefix}</td>
                 <td>{c.authHeaderName ? `${c.authHeaderName}: (set, never shown)` : "none"}</td><td>{c.source}</td>
                 <td>{c.source === "api" && <>
-                  <button onClick={() => { setEditingConn(c.id); setConn({ id: c.id, endpoint: c.endpoint, prefix: c.prefix, owner: c.owner }); }}>Edit</button>
+                  <button onClick={() => { setEditingConn(c.id); setConn({ id: c.id, endpoint: c.endpoint, prefix: c.prefix, owner: c.owner, header: c.authHeaderName || "", secret: "" }); }}>Edit</button>
                   <button onClick={() => act(() => api("DELETE", `/connections/${encodeURIComponent(c.id)}`))}>Delete</button>
                 </>}</td>
               </tr>
@@ -84,11 +85,13 @@ export function ConnectionsView() {
           <Field label="id"><input name="connection-id" value={conn.id} disabled={!!editingConn} required onChange={(e) => setConn({ ...conn, id: e.target.value })} /></Field>
           <Field label="endpoint"><input name="connection-endpoint" value={conn.endpoint} required onChange={(e) => setConn({ ...conn, endpoint: e.target.value })} /></Field>
           <Field label="prefix"><input name="connection-prefix" value={conn.prefix} placeholder="(its id)" onChange={(e) => setConn({ ...conn, prefix: e.target.value })} /></Field>
+          <Field label="credential header"><input name="connection-header" value={conn.header} placeholder="Authorization" onChange={(e) => setConn({ ...conn, header: e.target.value })} /></Field>
+          <Field label="credential (written once)"><input name="connection-secret" type="password" autoComplete="off" value={conn.secret} placeholder={editingConn ? "(unchanged)" : "(none)"} onChange={(e) => setConn({ ...conn, secret: e.target.value })} /></Field>
           {!editingConn && <Field label="owner"><OwnerSelect name="connection-owner" value={conn.owner} onChange={(owner) => setConn({ ...conn, owner })} /></Field>}
           <button type="submit">{editingConn ? "Save connection" : "Add connection"}</button>
           {editingConn && <button type="button" onClick={() => { setEditingConn(null); setConn(blankConnection()); }}>Cancel</button>}
         </form>
-        <p className="hint">A connection's credential is declared by the operator as a reference (<code>env:NAME</code>, <code>file:PATH</code>) in the gateway's YAML; the console shows only that one is set.</p>
+        <p className="hint">A credential is written once: the gateway seals it and never shows it again (here only whether one is set). Connections declared in the gateway's YAML name theirs by reference (<code>env:NAME</code>, <code>file:PATH</code>).</p>
       </section>
       <section>
         <h2>Bridges</h2>

@@ -2,10 +2,10 @@
 import { useCallback, useEffect, useMemo, useState } from "react";
 import {
   Background, Controls, Handle, Position, ReactFlow, ReactFlowProvider, addEdge,
-  useEdgesState, useNodesState, useUpdateNodeInternals,
+  useEdgesState, useNodesInitialized, useNodesState, useReactFlow, useUpdateNodeInternals,
 } from "@xyflow/react";
 import { api } from "./api.js";
-import { IN, OUT, closesCycle, freshId, fromFlow, toFlow } from "./graph.js";
+import { ARROW, IN, OUT, closesCycle, drawable, freshId, fromFlow, toFlow } from "./graph.js";
 
 const DEFAULT_PORTS = {
   input: { inputs: [], outputs: ["query"] },
@@ -104,7 +104,7 @@ function Inspector({ node, connections, toolsOf, onData, onDelete }) {
   );
 }
 
-function Pipelines({ pipelines, setPipelines, nodes }) {
+function Pipelines({ pipelines, setPipelines, nodes, problemsOf }) {
   const ids = (kind) => nodes.filter((n) => n.data.kind === kind).map((n) => n.id);
   const change = (i, patch) => setPipelines(pipelines.map((p, j) => (i === j ? { ...p, ...patch } : p)));
   const add = () => setPipelines([...pipelines, {
@@ -124,6 +124,7 @@ function Pipelines({ pipelines, setPipelines, nodes }) {
             {ids("output").map((id) => <option key={id}>{id}</option>)}
           </select>
           <button aria-label={`remove pipeline ${p.name}`} onClick={() => setPipelines(pipelines.filter((_, j) => j !== i))}>×</button>
+          {problemsOf(p.id).map((m, k) => <div className="problem" role="alert" key={k}>{m}</div>)}
         </div>
       ))}
       <button onClick={add}>Add pipeline</button>
@@ -171,16 +172,22 @@ function Editor({ bridgeId }) {
   const [pipelines, setPipelines] = useState([]);
   const [selectedId, setSelectedId] = useState(null);
   const [status, setStatus] = useState(null);
-  const [problems, setProblems] = useState([]);
+  const [problems, setProblems] = useState([]);  // the server's problems that name no node, edge or pipeline on screen
+  const [problemMap, setProblemMap] = useState(new Map());  // id -> messages, for the pipelines' rows
   const [fit, setFit] = useState(false);
+  const initialized = useNodesInitialized();
+  const flow = useReactFlow();
+  useEffect(() => {  // a saved graph is fitted into view once its nodes are measured; a new one starts at scale 1
+    if (fit && initialized) { flow.fitView({ maxZoom: 1, padding: 0.1 }); setFit(false); }
+  }, [fit, initialized, flow]);
   const toolCache = useMemo(() => new Map(), []);
 
   useEffect(() => {
     Promise.all([api("GET", `/bridges/${encodeURIComponent(bridgeId)}`), api("GET", `/bridges/${encodeURIComponent(bridgeId)}/graph`)])
       .then(([b, g]) => {
-        const flow = toFlow(g);
-        setFit(flow.nodes.length > 0);  // a saved graph is fitted into view; a new one starts at scale 1
-        setBridge(b); setNodes(flow.nodes); setEdges(flow.edges); setPipelines(flow.pipelines);
+        const loaded = toFlow(g);
+        setFit(loaded.nodes.length > 0);
+        setBridge(b); setNodes(loaded.nodes); setEdges(loaded.edges); setPipelines(loaded.pipelines);
       })
       .catch((e) => setStatus({ error: true, text: e.message }));
   }, [bridgeId, setNodes, setEdges]);
@@ -200,7 +207,7 @@ function Editor({ bridgeId }) {
     return true;
   }, [edges]);
   const onConnect = useCallback((c) => {
-    setEdges((es) => addEdge({ ...c, id: freshId("e", new Set(es.map((e) => e.id))) }, es));
+    setEdges((es) => addEdge({ ...c, id: freshId("e", new Set(es.map((e) => e.id))), markerEnd: ARROW }, es));
     setStatus(null);
   }, [setEdges]);
 
@@ -229,13 +236,16 @@ function Editor({ bridgeId }) {
 
   const markProblems = (found) => {
     const byId = new Map();
-    for (const p of found) for (const id of p.ids) byId.set(id, [...(byId.get(id) || []), p.message]);
+    for (const p of found) for (const id of new Set(p.ids)) byId.set(id, [...(byId.get(id) || []), p.message]);
     setNodes((ns) => ns.map((n) => ({ ...n, data: { ...n.data, problems: byId.get(n.id) || [] } })));
     setEdges((es) => es.map((e) => {
       const messages = byId.get(e.id);
       return { ...e, className: messages ? "has-problem" : undefined, label: messages ? messages.join("; ") : undefined };
     }));
-    const placed = new Set([...nodes.map((n) => n.id), ...edges.map((e) => e.id)]);
+    setProblemMap(byId);
+    // an edge to a missing node or port cannot be drawn: its problem is listed above the canvas
+    const drawn = new Set(edges.filter((e) => drawable(e, nodes)).map((e) => e.id));
+    const placed = new Set([...nodes.map((n) => n.id), ...pipelines.map((p) => p.id), ...drawn]);
     setProblems(found.filter((p) => !p.ids.some((id) => placed.has(id))));
   };
   const save = async () => {
@@ -261,7 +271,7 @@ function Editor({ bridgeId }) {
         <button className="primary" onClick={save}>Save</button>
         {status && <span role="status" className={status.error ? "error" : "ok"}>{status.text}</span>}
       </div>
-      {problems.length > 0 && <ul className="error">{problems.map((p, i) => <li key={i}>{p.message}</li>)}</ul>}
+      {problems.length > 0 && <ul className="error" data-testid="graph-problems">{problems.map((p, i) => <li key={i}>{p.message}</li>)}</ul>}
       <div className="workspace">
         <div className="canvas" data-testid="canvas">
           <ReactFlow
@@ -269,14 +279,13 @@ function Editor({ bridgeId }) {
             onNodesChange={onNodesChange} onEdgesChange={onEdgesChange} onConnect={onConnect}
             isValidConnection={isValidConnection}
             onNodeClick={(_, n) => setSelectedId(n.id)} onPaneClick={() => setSelectedId(null)}
-            fitView={fit} fitViewOptions={{ maxZoom: 1 }}
           >
             <Background /><Controls />
           </ReactFlow>
         </div>
         <div className="side">
           <Inspector node={selected} connections={bridge.connections} toolsOf={toolsOf} onData={changeSelected} onDelete={deleteSelected} />
-          <Pipelines pipelines={pipelines} setPipelines={setPipelines} nodes={nodes} />
+          <Pipelines pipelines={pipelines} setPipelines={setPipelines} nodes={nodes} problemsOf={(id) => problemMap.get(id) || []} />
           <TryPanel bridgeId={bridge.id} pipelines={bridge.pipelines.length ? pipelines.filter((p) => bridge.pipelines.includes(p.name)) : []} nodes={nodes} />
         </div>
       </div>

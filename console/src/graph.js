@@ -1,7 +1,10 @@
 // The Bridge's graph (docs/bridge.md, "Graph shape") <-> React Flow's nodes and edges, and the
 // cycle check the canvas runs while an edge is drawn.
 
+import { MarkerType } from "@xyflow/react";
+
 export const IN = "in:";
+export const ARROW = { type: MarkerType.ArrowClosed };
 export const OUT = "out:";
 
 export function toFlow(graph) {
@@ -15,6 +18,7 @@ export function toFlow(graph) {
   });
   const edges = graph.edges.map((e) => ({
     id: e.id, source: e.from.node, sourceHandle: OUT + e.from.port, target: e.to.node, targetHandle: IN + e.to.port,
+    markerEnd: ARROW,
   }));
   return { nodes, edges, pipelines: graph.pipelines || [] };
 }
@@ -56,4 +60,12 @@ export function closesCycle(edges, source, target) {
 
 export function freshId(prefix, taken) {
   for (let i = 1; ; i++) if (!taken.has(`${prefix}${i}`)) return `${prefix}${i}`;
+}
+
+/** True when both ends of an edge are ports of nodes on the canvas (else React Flow cannot draw it). */
+export function drawable(edge, nodes) {
+  const source = nodes.find((n) => n.id === edge.source);
+  const target = nodes.find((n) => n.id === edge.target);
+  return Boolean(source && target && source.data.outputs.includes((edge.sourceHandle || "").slice(OUT.length))
+    && target.data.inputs.includes((edge.targetHandle || "").slice(IN.length)));
 }

@@ -8,8 +8,11 @@
     GET    /bridges/{id}/graph          the saved graph (an empty one before the first save)
     PUT    /bridges/{id}/graph          validate (F8) and save (F12)
     GET    /connections                 the caller's connections (no secret references)
-    POST   /connections                 {id, owner?, endpoint, prefix?} (endpoint within `apiEndpointAllowList`)
-    PATCH  /connections/{id}            {endpoint?, prefix?} (the same checks as POST)
+    POST   /connections                 {id, owner?, endpoint, prefix?, authHeaderName?, authSecret?}
+                                        (endpoint within `apiEndpointAllowList`; the credential is
+                                        written once, sealed, never returned: see sealing.py)
+    PATCH  /connections/{id}            {endpoint?, prefix?, authHeaderName?, authSecret?} (the same checks;
+                                        a new credential replaces the old, `authHeaderName: null` removes it)
     DELETE /connections/{id}
     GET    /audit                       the caller's audit records (see audit_api)
 
@@ -18,6 +21,7 @@ Another account's bridge or connection answers 404, exactly like one that does n
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +40,7 @@ from gateway.bridge.graph import Graph, empty_graph
 from gateway.bridge.limits import BridgeLimits
 from gateway.bridge.naming import prefix_problems
 from gateway.bridge.records import AuditAction, AuditRecord, BridgeRecord, ConnectionRecord
+from gateway.bridge.sealing import Sealer
 from gateway.bridge.store import BridgeStore
 from gateway.bridge.tenancy import may_hold
 from gateway.bridge.upstream import Upstreams
@@ -58,7 +63,10 @@ class BridgeApi:
         limits: BridgeLimits | None = None,
         audit: AuditWriter | None = None,
         egress: EgressPolicy | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
+        """`sealer` seals credentials written through the API; None: the API takes none."""
+        self._sealer = sealer
         self._scrub = scrub
         self._store = store
         self._upstreams = upstreams
@@ -201,7 +209,8 @@ class BridgeApi:
         """POST /connections: a connection without credentials (those are declared in YAML)."""
         started = time.perf_counter()
         caller = await caller_of(request, self._auth)
-        data = object_body(await json_body(request), {"id", "owner", "endpoint", "prefix"})
+        data = object_body(await json_body(request), {"id", "owner", "endpoint", "prefix", *CREDENTIAL_FIELDS})
+        header, sealed = self._credential(data)
         try:
             decl = ConnectionConfig.model_validate({**data, "owner": owner_for(caller, data.get("owner"))})
         except ValidationError as exc:
@@ -219,10 +228,27 @@ class BridgeApi:
         clashes = [p for p in prefix_problems([*seen, (decl.id, decl.owner, decl.name_prefix)]) if decl.id in p]
         if clashes:
             raise Conflict(f"tool names could collide: {'; '.join(clashes)}")
-        record = ConnectionRecord(decl.id, decl.owner, decl.endpoint, source="api", prefix=decl.prefix)
+        record = ConnectionRecord(decl.id, decl.owner, decl.endpoint, header, sealed, source="api", prefix=decl.prefix)
         await self._store.upsert_connection(record)
-        self._record(change_record(caller, "connection.create", record.id, {"owner": record.owner}, started))
+        args = {"owner": record.owner, **({"credential": "written"} if header is not None else {})}
+        self._record(change_record(caller, "connection.create", record.id, args, started))
         return JSONResponse(record.public(), status_code=201)
+
+    def _credential(self, data: dict[str, Any]) -> tuple[str | None, str | None]:
+        """Take `authHeaderName` + `authSecret` out of `data`: the header and the sealed value, or
+        (None, None) without them. The value is never echoed, in an answer or in an error."""
+        header, value = data.pop("authHeaderName", None), data.pop("authSecret", None)
+        if header is None and value is None:
+            return None, None
+        if not isinstance(header, str) or not _HEADER_NAME.fullmatch(header) or header.lower() in RESERVED_HEADERS:
+            raise BadRequest("authHeaderName must be a header name (letters, digits, '-'; at most 64) the MCP "
+                             f"transport does not set itself ({', '.join(sorted(RESERVED_HEADERS))})")
+        if not isinstance(value, str) or not value or len(value) > MAX_CREDENTIAL_CHARS or not value.isprintable():
+            raise BadRequest(f"authSecret must be the credential's value: 1 to {MAX_CREDENTIAL_CHARS} printable characters")
+        if self._sealer is None:
+            raise BadRequest("this gateway takes no credentials through the API: the operator has not set "
+                             "bridge.secretKey (a connection's credential can also be declared in the YAML, by reference)")
+        return header, self._sealer.seal(value)
 
     def _check_endpoint(self, endpoint: str) -> None:
         """A REST-made connection's endpoint: within the allow-list, not an internal address (403)."""
@@ -234,16 +260,26 @@ class BridgeApi:
                 "private, link-local or the gateway's own addresses (see the Bridge's apiEndpointAllowPrivate)"
             )
 
-    async def update_connection(self, request: Request) -> Response:
-        """PATCH /connections/{id}: change an API-made connection's endpoint or prefix."""
-        started = time.perf_counter()
+    async def _made_connection(self, request: Request, verb: str) -> tuple[CallerScope, ConnectionRecord]:
+        """The caller's connection of the path, made through the API (404 for another's, 409 for the YAML's)."""
         caller = await caller_of(request, self._auth)
         conn = await self._store.get_connection(request.path_params["connection_id"])
         if conn is None or conn.owner not in caller.owners:
             raise NotFound(f"connection {request.path_params['connection_id']} not found")
         if conn.source == "config":
-            raise Conflict(f"connection {conn.id} is declared in the config file; change it there")
-        data = object_body(await json_body(request), {"endpoint", "prefix"})
+            raise Conflict(f"connection {conn.id} is declared in the config file; {verb} it there")
+        return caller, conn
+
+    async def update_connection(self, request: Request) -> Response:
+        """PATCH /connections/{id}: change an API-made connection's endpoint or prefix."""
+        started = time.perf_counter()
+        caller, conn = await self._made_connection(request, "change")
+        data = object_body(await json_body(request), {"endpoint", "prefix", *CREDENTIAL_FIELDS})
+        header, sealed = conn.auth_header_name, conn.auth_secret
+        if "authSecret" in data or data.get("authHeaderName") is not None:
+            header, sealed = self._credential(data)
+        elif "authHeaderName" in data:  # null: remove the credential
+            header, sealed = data.pop("authHeaderName"), None
         current = {"id": conn.id, "owner": conn.owner, "endpoint": conn.endpoint}
         if conn.prefix is not None:
             current["prefix"] = conn.prefix
@@ -256,21 +292,17 @@ class BridgeApi:
         clashes = [p for p in prefix_problems([*seen, (decl.id, decl.owner, decl.name_prefix)]) if decl.id in p]
         if clashes:
             raise Conflict(f"tool names could collide: {'; '.join(clashes)}")
-        record = ConnectionRecord(conn.id, conn.owner, decl.endpoint, source="api", prefix=decl.prefix)
+        record = ConnectionRecord(conn.id, conn.owner, decl.endpoint, header, sealed, source="api", prefix=decl.prefix)
         await self._store.upsert_connection(record)
         self._upstreams.forget(conn.id)
-        self._record(change_record(caller, "connection.update", conn.id, {"owner": conn.owner, "fields": sorted(data)}, started))
+        changed = sorted({*data, *(CREDENTIAL_FIELDS if sealed != conn.auth_secret else ())})
+        self._record(change_record(caller, "connection.update", conn.id, {"owner": conn.owner, "fields": changed}, started))
         return JSONResponse(record.public())
 
     async def delete_connection(self, request: Request) -> Response:
         """DELETE /connections/{id}: remove an API-made connection."""
         started = time.perf_counter()
-        caller = await caller_of(request, self._auth)
-        conn = await self._store.get_connection(request.path_params["connection_id"])
-        if conn is None or conn.owner not in caller.owners:
-            raise NotFound(f"connection {request.path_params['connection_id']} not found")
-        if conn.source == "config":
-            raise Conflict(f"connection {conn.id} is declared in the config file; remove it there")
+        caller, conn = await self._made_connection(request, "remove")
         await self._store.delete_connection(conn.id)
         self._upstreams.forget(conn.id)
         self._record(change_record(caller, "connection.delete", conn.id, {"owner": conn.owner}, started))
@@ -280,6 +312,16 @@ class BridgeApi:
         """Audit a change (fire-and-forget, like every audit record)."""
         if self._audit is not None:
             self._audit.submit(record)
+
+
+CREDENTIAL_FIELDS = ("authHeaderName", "authSecret")
+MAX_CREDENTIAL_CHARS = 4096
+_HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
+RESERVED_HEADERS = frozenset({
+    "host", "content-length", "content-type", "transfer-encoding", "connection", "accept", "mcp-session-id",
+    "mcp-protocol-version", "last-event-id",
+})
+"""Headers the MCP transport sets itself: a credential may not replace them."""
 
 
 class GraphRejected(BadRequest):

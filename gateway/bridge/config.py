@@ -111,6 +111,11 @@ class BridgeConfig(BaseModel):
         description="URLs (scheme://host[:port][/path]) that connections made through the REST API may use; empty: any",
     )
 
+    secretKey: SecretRef | None = Field(
+        default=None,
+        description="reference (env:NAME or file:PATH) to the key that seals credentials written once through the "
+        "REST API or the console; unset: the API takes no credentials",
+    )
     apiEndpointAllowPrivate: list[str] = Field(
         default_factory=list,
         description="networks (CIDR) REST-made connections may reach although they are loopback, private, "

@@ -32,9 +32,10 @@ from gateway.bridge.offerings import Offerings
 from gateway.bridge.records import BridgeRecord, ConnectionRecord
 from gateway.bridge.store import BridgeStore, SqliteStore
 from gateway.bridge.upstream import Upstreams
+from gateway.bridge.sealing import Sealer
 from gateway.egress import EgressPolicy
 from gateway.identity import Identity
-from gateway.secrets import SecretSet
+from gateway.secrets import SecretSet, resolve_secret
 
 log = logging.getLogger("toolgate.bridge")
 
@@ -73,9 +74,10 @@ class BridgeService:
         self.config = config
         self.store: BridgeStore = store if store is not None else SqliteStore(database_path(config, base_dir))
         egress = egress if egress is not None else EgressPolicy(config.apiEndpointAllowPrivate)
+        sealer = Sealer(resolve_secret(config.secretKey, base_dir, secrets), secrets) if config.secretKey else None
         self.upstreams = Upstreams(
             base_dir=base_dir, secrets=secrets, list_ttl=config.toolListTtlSeconds,
-            idle_seconds=config.sessionIdleSeconds, registry=metrics, egress=egress,
+            idle_seconds=config.sessionIdleSeconds, registry=metrics, egress=egress, sealer=sealer,
         )
         self.audit = AuditWriter(self.store, queue_size=config.auditQueueSize, registry=metrics)
         federation = Federation(self.store, self.upstreams, config.api_endpoint_allowed)
@@ -87,7 +89,7 @@ class BridgeService:
         self._endpoint = McpEndpoint(self.store, authenticate, self.offerings, scrub=secrets.scrub, limits=config.limits)
         self._api = BridgeApi(
             self.store, self.upstreams, api_authenticate, config.api_endpoint_allowed, scrub=secrets.scrub,
-            limits=config.limits, audit=self.audit, egress=egress,
+            limits=config.limits, audit=self.audit, egress=egress, sealer=sealer,
         )
         self._audit_api = AuditApi(self.store, api_authenticate, scrub=secrets.scrub)
         self._editor_api = EditorApi(

@@ -36,6 +36,7 @@ from gateway.mcp.metrics import PoolMetrics
 from gateway.mcp.operations import all_pages, relay_tool_call
 from gateway.mcp.pool import SessionPool
 from gateway.mcp.target import McpClients, McpTarget
+from gateway.bridge.sealing import SealError, Sealer, is_sealed
 from gateway.secrets import SecretSet, resolve_secret
 
 log = logging.getLogger("toolgate.bridge.upstream")
@@ -114,8 +115,11 @@ class Upstreams:
         idle_seconds: float = SESSION_IDLE_SECONDS,
         registry: CollectorRegistry | None = None,
         egress: EgressPolicy | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
-        """`egress` admits connections made through the REST API (default: no internal address)."""
+        """`egress` admits connections made through the REST API (default: no internal address);
+        `sealer` opens the credentials written through it (sealing.py)."""
+        self._sealer = sealer
         self._base_dir = base_dir
         self._secrets = secrets
         self._list_ttl = list_ttl
@@ -162,12 +166,20 @@ class Upstreams:
         guarded = conn.source == "api"  # a caller's endpoint: admitted on every connect (SSRF, egress.py)
         if conn.auth_header_name and conn.auth_secret:
             try:
-                auth = (conn.auth_header_name, resolve_secret(conn.auth_secret, self._base_dir, self._secrets))
+                auth = (conn.auth_header_name, self._credential(conn.auth_secret))
             except Exception:  # a missing variable or file: the call fails, the reference is not shown
                 raise UpstreamCallFailed(f"connection {conn.id}: its credential could not be resolved", guarded=guarded) from None
         target = McpTarget(label=conn.id, endpoint=conn.endpoint, auth_header=auth, timeout=self.timeout, guarded=guarded)
         self._targets[conn.id] = (conn, target)
         return target
+
+    def _credential(self, stored: str) -> str:
+        """A connection's credential: an operator's reference, or a value written once and sealed."""
+        if not is_sealed(stored):
+            return resolve_secret(stored, self._base_dir, self._secrets)
+        if self._sealer is None:
+            raise SealError("bridge.secretKey is not set")
+        return self._sealer.open(stored)
 
     def sessions_open(self, connection_id: str) -> int:
         """Pooled sessions of a connection open now (all callers)."""

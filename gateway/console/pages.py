@@ -29,9 +29,10 @@ from starlette.staticfiles import StaticFiles
 
 from gateway.api.body import read_body
 from gateway.auth import Authenticator
+from gateway.bridge.api_support import rendered
 from gateway.bridge.federation import owners_of
 from gateway.console.session import ConsoleSessions, check_csrf, is_tls
-from gateway.errors import BadRequest, GatewayError, error_response
+from gateway.errors import BadRequest, GatewayError
 from gateway.identity import Identity
 
 log = logging.getLogger("toolgate.console")
@@ -70,10 +71,13 @@ class Console:
     """The console's routes over a session table and the gateway's credential check."""
 
     def __init__(
-        self, sessions: ConsoleSessions, sign_in_with_key: SignInWithKey | None, scrub: Callable[[str], str]
+        self, sessions: ConsoleSessions, sign_in_with_key: SignInWithKey | None, scrub: Callable[[str], str],
+        *, key_required: bool = True,
     ) -> None:
-        """`sign_in_with_key` None: no API-key form (another sign-in method must be added)."""
+        """`sign_in_with_key` None: no API-key form (another sign-in method must be added);
+        `key_required` False: auth is off, the form signs in without a key."""
         self.sessions = sessions
+        self._key_required = key_required
         self._sign_in_with_key = sign_in_with_key
         self._scrub = scrub
         self._methods: list[SignInMethod] = []
@@ -94,8 +98,8 @@ class Console:
         return [
             Route("/console", self.page, methods=["GET"]),
             Route("/console/", self.page, methods=["GET"]),
-            Route("/console/signin", self._errors(self.sign_in), methods=["POST"]),
-            Route("/console/signout", self._errors(self.sign_out), methods=["POST"]),
+            Route("/console/signin", rendered(self.sign_in, self._scrub), methods=["POST"]),
+            Route("/console/signout", rendered(self.sign_out, self._scrub), methods=["POST"]),
             Mount(ASSETS, app=StaticFiles(directory=HERE / "static", check_dir=False), name="console-assets"),
             *self._extra_routes,
         ]
@@ -167,20 +171,11 @@ class Console:
         token = secrets.token_urlsafe(24)
         html = self._templates.get_template("signin.html").render(
             assets=ASSETS, error=error, methods=self._methods, api_key_form=self._sign_in_with_key is not None,
-            signin_token=token, key_required=True,
+            signin_token=token, key_required=self._key_required,
         )
         response = HTMLResponse(html, status_code=status, headers=PAGE_HEADERS)
         response.set_cookie(SIGNIN_COOKIE, token, httponly=True, samesite="strict", secure=is_tls(request), path="/console")
         return response
-
-    def _errors(self, fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            try:
-                return await fn(request)
-            except GatewayError as exc:
-                return error_response(exc, self._scrub)
-
-        return endpoint
 
 
 async def _form(request: Request) -> dict[str, str]:
@@ -199,4 +194,4 @@ def console_for(authenticator: Authenticator, scrub: Callable[[str], str]) -> Co
         key = key.strip()
         return await authenticator.authenticate(f"Bearer {key}" if key else None, "/console")
 
-    return Console(ConsoleSessions(), sign_in_with_key, scrub)
+    return Console(ConsoleSessions(), sign_in_with_key, scrub, key_required=authenticator.mode != "none")

@@ -151,8 +151,9 @@ async def test_a_connection_with_a_secret_reference_cannot_be_created_through_th
     # R: F3
     body = {"id": "leaky", "endpoint": "http://127.0.0.1:9/mcp", "authHeaderName": "X", "authSecret": "file:/etc/passwd"}
     response = await request(bridge, "POST", "/connections", body=body)
-    assert response.status_code == 400
-    assert "unknown field(s): authHeaderName, authSecret" in response.json()["error"]["message"]
+    assert response.status_code == 400  # no bridge.secretKey here: the API takes no credential at all
+    assert "bridge.secretKey" in response.json()["error"]["message"]
+    assert (await request(bridge, "GET", "/connections/leaky/tools")).status_code == 404
 
 
 async def test_a_body_that_is_not_json_is_refused_with_400_and_an_oversized_one_with_413(bridge: ServerThread) -> None:

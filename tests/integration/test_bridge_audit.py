@@ -17,7 +17,7 @@ from gateway.bridge.config import BridgeConfig
 from gateway.bridge.records import AuditRecord
 from gateway.bridge.store import SqliteStore
 from tests.support import canary
-from tests.support.bridge_servers import BridgeApp, CallLog, bridge_app, fan_in_graph, mcp_http, tool_server
+from tests.support.bridge_servers import BridgeApp, CallLog, audit_flushed, bridge_app, fan_in_graph, mcp_http, tool_server
 from tests.support.http_server import ServerThread, serve
 
 
@@ -32,10 +32,8 @@ class World:
         return self.server.url
 
     async def flushed(self) -> None:
-        """Wait (with a deadline) until the service's audit queue is drained, on the server's loop."""
-        assert self.server.loop is not None
-        future = asyncio.run_coroutine_threadsafe(self.app.service.audit.flushed(), self.server.loop)
-        await asyncio.wait_for(asyncio.wrap_future(future), timeout=10)
+        """Wait (with a deadline) until the audit queue is drained."""
+        await audit_flushed(self.app, self.server)
 
 
 LOCKED = (canary.CONNECTION_HEADER, canary.CONNECTION_TOKEN)

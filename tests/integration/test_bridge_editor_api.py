@@ -4,7 +4,6 @@ log's scope filter and paging — each scoped to the caller."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.bridge.config import BridgeConfig
-from tests.support.bridge_servers import BridgeApp, CallLog, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node, tool_server
+from tests.support.bridge_servers import BridgeApp, CallLog, audit_flushed, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node, tool_server
 from tests.support.http_server import ServerThread, serve
 
 
@@ -27,10 +26,8 @@ class World:
         return self.server.url
 
     async def flushed(self) -> None:
-        """Wait (with a deadline) until the audit queue is drained, on the server's loop."""
-        assert self.server.loop is not None
-        future = asyncio.run_coroutine_threadsafe(self.app.service.audit.flushed(), self.server.loop)
-        await asyncio.wait_for(asyncio.wrap_future(future), timeout=10)
+        """Wait (with a deadline) until the audit queue is drained."""
+        await audit_flushed(self.app, self.server)
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ every served process's stderr is searched for the canary secret (B4)."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -75,6 +76,20 @@ def test_demo_config_serves_the_inspect_model_and_logs_json() -> None:
     assert "What is toolgate?" in (answer.choices[0].message.content or "")
     logs = [json.loads(line) for line in served.stderr.splitlines() if line.startswith("{")]
     assert any(line.get("request_id") == "cli-test-1" and line.get("status") == 200 for line in logs)
+
+
+def test_the_demo_config_opens_the_console_without_a_key() -> None:
+    # R: C1
+    with serving() as served, httpx2.Client(base_url=served.url) as http:
+        page = http.get("/console")
+        token = re.search(r'name="signin_token" value="([^"]+)"', page.text)
+        assert token is not None and "sign in without a key" in page.text
+        signed_in = http.post("/console/signin", data={"signin_token": token.group(1), "api_key": ""})
+        shell = http.get("/console")
+        bridges = http.get("/bridges")
+    assert signed_in.status_code == 303
+    assert '<div id="root">' in shell.text and 'src="/console/assets/console.js"' in shell.text
+    assert bridges.status_code == 200 and isinstance(bridges.json()["data"], list)
 
 
 def test_serve_refuses_a_bad_config_with_its_problems(tmp_path: Path) -> None:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import re
+import secrets
+import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,14 +39,16 @@ class Console:
 
 @pytest.fixture
 def console(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[Console]:
-    with serve(tool_server(CallLog(), delay=0.0)) as tools:
+    (tmp_path / "seal.key").write_text(secrets.token_urlsafe(32))
+    with serve(tool_server(CallLog(), delay=0.0, required_header=(canary.CONNECTION_HEADER, canary.CONNECTION_TOKEN))) as tools:
         config = simple_config(
             upstream.url,
             auth={"mode": "api_keys", "api_keys": [
                 {"key": canary.ALICE_KEY_REF, "user_id": "alice", "org_id": "acme", "email": "alice@acme.test"},
                 {"key_sha256": hashlib.sha256(canary.BOB_KEY.encode()).hexdigest(), "user_id": "bob"},
             ]},
-            bridge={"enabled": True, "database": str(tmp_path / "bridge.db"), "apiEndpointAllowPrivate": ["127.0.0.0/8"]},
+            bridge={"enabled": True, "database": str(tmp_path / "bridge.db"), "apiEndpointAllowPrivate": ["127.0.0.0/8"],
+                    "secretKey": "file:seal.key"},
         )
         with running_gateway(config, tmp_path) as gw, chromium() as browser:
             yield Console(gw.url, tools.url, browser)
@@ -106,11 +111,17 @@ def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_anoth
     # R: C1, C2, C3, C4
     alice, page, violations = signed_in(console, canary.ALICE_KEY, shot="signin")
 
-    # C2: a connection to the test MCP server and a bridge over it
+    # C2: a connection to the test MCP server, its credential written once, and a bridge over it
     page.fill("input[name=connection-id]", "tools")
     page.fill("input[name=connection-endpoint]", console.tools_url + "/mcp")
+    page.fill("input[name=connection-header]", canary.CONNECTION_HEADER)
+    page.fill("input[name=connection-secret]", canary.CONNECTION_TOKEN)
     page.click("button:has-text('Add connection')")
-    expect(page.locator('[data-testid=connections] tr[data-id="tools"]')).to_contain_text(console.tools_url)
+    row = page.locator('[data-testid=connections] tr[data-id="tools"]')
+    expect(row).to_contain_text(console.tools_url)
+    expect(row).to_contain_text(f"{canary.CONNECTION_HEADER}: (set, never shown)")
+    expect(page.locator("input[name=connection-secret]")).to_have_value("")
+    assert canary.CONNECTION_TOKEN not in page.content()
     page.fill("input[name=bridge-id]", "pipes")
     page.check("input[name=bridge-conn-tools]")
     page.click("button:has-text('Add bridge')")
@@ -154,6 +165,12 @@ def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_anoth
 
     node(page, "t3").click()
     page.click("button:has-text('Delete node')")
+    moved = node(page, "t2").locator(".title").bounding_box()  # the user drags t2 down, out of the row
+    assert moved is not None
+    page.mouse.move(moved["x"] + 20, moved["y"] + 8)
+    page.mouse.down()
+    page.mouse.move(moved["x"] + 20, moved["y"] + 188, steps=8)
+    page.mouse.up()
     page.click("button:has-text('Save')")
     expect(page.get_by_role("status")).to_have_text("Saved.")
     saved = alice.request.get(console.url + "/bridges/pipes/graph").json()
@@ -164,6 +181,8 @@ def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_anoth
         ({"node": "t1", "port": "result"}, {"node": "t2", "port": "text"}),
     ]
     assert saved["pipelines"] == [{"id": "p1", "name": "shout", "inputNode": "in1", "outputNode": "out1"}]
+    at = {n["id"]: n["position"] for n in saved["nodes"]}
+    assert at["t2"]["y"] - at["t1"]["y"] > 100 and at["t2"]["x"] == 750  # moved down where it was dropped
 
     # positions are kept: after a reload each node stands where the graph says
     page.reload()
@@ -207,6 +226,25 @@ def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_anoth
     expect(rows.nth(5)).to_contain_text("connection.create")
     assert violations == []
 
+    # paged: 20 records a page, older ones behind "Older"
+    csrf = page.locator('meta[name="csrf-token"]').get_attribute("content") or ""
+    for i in range(8):  # 16 more records: 22 in all
+        made = alice.request.post(console.url + "/connections", headers={"x-csrf-token": csrf},
+                                  data={"id": f"extra{i}", "endpoint": console.tools_url + "/mcp"})
+        assert made.status == 201
+        assert alice.request.delete(console.url + f"/connections/extra{i}", headers={"x-csrf-token": csrf}).status == 204
+    assert wait_until(lambda: audit_count(alice, console.url) == 22)
+    page.click("button:has-text('Filter')")
+    expect(rows).to_have_count(20)
+    expect(rows.first).to_contain_text("connection.delete")
+    page.click("button:has-text('Older')")
+    expect(page.get_by_text("page 2")).to_be_visible()
+    expect(rows).to_have_count(2)
+    expect(rows.last).to_contain_text("connection.create")
+    expect(page.get_by_role("button", name="Older")).to_be_disabled()
+    page.click("button:has-text('Newer')")
+    expect(rows).to_have_count(20)
+
     # a second account in a second browser context sees none of it
     bob, bob_page, bob_violations = signed_in(console, canary.BOB_KEY)
     expect(bob_page.locator("[data-testid=connections] tbody tr")).to_have_count(0)
@@ -218,3 +256,48 @@ def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_anoth
     assert re.search(re.escape(canary.ALICE_KEY), bob_page.content()) is None and bob_violations == []
     alice.close()
     bob.close()
+
+
+def test_a_stored_graph_that_breaks_the_rules_shows_each_problem_on_its_element_and_nothing_is_saved(
+    console: Console, tmp_path: Path,
+) -> None:
+    # R: C3, F8 -- a graph stored by an older version (the REST API never saves one): a cycle, an
+    # edge to a node that is gone, a pipeline with a bad name
+    alice, page, violations = signed_in(console, canary.ALICE_KEY)
+    csrf = page.locator('meta[name="csrf-token"]').get_attribute("content") or ""
+    assert alice.request.post(console.url + "/connections", headers={"x-csrf-token": csrf}, data={
+        "id": "tools", "endpoint": console.tools_url + "/mcp"}).status == 201
+    assert alice.request.post(console.url + "/bridges", headers={"x-csrf-token": csrf}, data={
+        "id": "old", "connections": ["tools"]}).status == 201
+    stored = {
+        "version": 1,
+        "nodes": [
+            {"id": "in1", "kind": "input", "outputs": ["text"], "position": {"x": 40, "y": 40}},
+            {"id": "t1", "kind": "tool", "connectionId": "tools", "tool": "echo", "inputs": ["text", "prefix"],
+             "outputs": ["result"], "position": {"x": 300, "y": 40}},
+            {"id": "t2", "kind": "tool", "connectionId": "tools", "tool": "echo", "inputs": ["text", "prefix"],
+             "outputs": ["result"], "position": {"x": 300, "y": 240}},
+            {"id": "out1", "kind": "output", "inputs": ["said"], "position": {"x": 600, "y": 40}},
+        ],
+        "edges": [
+            {"id": "e1", "from": {"node": "in1", "port": "text"}, "to": {"node": "t1", "port": "text"}},
+            {"id": "e2", "from": {"node": "t1", "port": "result"}, "to": {"node": "t2", "port": "text"}},
+            {"id": "e3", "from": {"node": "t2", "port": "result"}, "to": {"node": "t1", "port": "prefix"}},
+            {"id": "e4", "from": {"node": "t1", "port": "result"}, "to": {"node": "gone", "port": "x"}},
+        ],
+        "pipelines": [{"id": "p1", "name": "bad name", "inputNode": "in1", "outputNode": "out1"}],
+    }
+    with sqlite3.connect(tmp_path / "bridge.db") as db:
+        db.execute("INSERT INTO graphs (bridge_id, graph, updated_at) VALUES ('old', ?, 0)", (json.dumps(stored),))
+    page.goto(console.url + "/console#/bridges/old")
+    expect(node(page, "t2")).to_be_visible()
+    page.click("button:has-text('Save')")
+    expect(page.get_by_role("status")).to_contain_text("Not saved")
+    expect(node(page, "t1").locator(".problem")).to_contain_text("cycle")
+    expect(node(page, "t2").locator(".problem")).to_contain_text("cycle")
+    expect(node(page, "in1").locator(".problem")).to_have_count(0)
+    expect(page.get_by_test_id("pipelines").locator(".problem")).to_contain_text("pipeline name must match")
+    expect(page.get_by_test_id("graph-problems")).to_contain_text("edge e4 -> gone")  # not drawable: listed
+    assert alice.request.get(console.url + "/bridges/old/graph").json() == stored  # nothing saved
+    assert violations == []
+    alice.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
@@ -222,3 +223,21 @@ def _served_by(replicas: Replicas, conversation: str) -> Gateway:
                          json={"model": "plain", "messages": [{"role": "user", "content": "where"}]})
     assert answer.status_code == 200, answer.text
     return replicas.gateways[int(replicas.upstream.requests[-1]["model"].removeprefix("backend-"))]
+
+
+def test_a_console_browser_stays_on_the_replica_that_signed_it_in(replicas: Replicas) -> None:
+    # R: S2, C1 -- console sessions live in one replica: HAProxy's cookie keeps the browser there,
+    # so every page and REST call of the session finds it (round robin would lose it 2 times in 3)
+    with httpx2.Client(base_url=replicas.front, timeout=30) as browser:
+        page = browser.get("/console")
+        token = re.search(r'name="signin_token" value="([^"]+)"', page.text)
+        assert token is not None
+        assert browser.post("/console/signin", data={"signin_token": token.group(1), "api_key": ""}).status_code == 303
+        csrf = re.search(r'name="csrf-token" content="([^"]+)"', browser.get("/console").text)
+        assert csrf is not None
+        listed = [browser.get("/bridges").status_code for _ in range(9)]
+        changed = browser.delete("/connections/none-such", headers={"x-csrf-token": csrf.group(1)})
+        pinned = browser.cookies.get("toolgate_replica")
+    assert listed == [200] * 9
+    assert changed.status_code == 404  # authenticated by the session (and its token), then not found
+    assert pinned in ("r1", "r2", "r3")

@@ -6,7 +6,6 @@ org acme and no user (JWTs without `sub`, API keys with only `org_id`).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 from collections.abc import AsyncIterator, Iterator
@@ -27,7 +26,7 @@ from gateway.conversation import conversation_key
 from gateway.errors import Unauthorized
 from gateway.identity import Identity
 from tests.support import canary
-from tests.support.bridge_servers import BridgeApp, CallLog, bridge_app, edge, graph, node, pipeline, tool_node, tool_server
+from tests.support.bridge_servers import BridgeApp, CallLog, audit_flushed, bridge_app, edge, graph, node, pipeline, tool_node, tool_server
 from tests.support.gateway import client, running_gateway, simple_config
 from tests.support.http_server import ServerThread, serve
 from tests.support.mcp_servers import McpServerState, http_app
@@ -61,10 +60,8 @@ class World:
     server: ServerThread
 
     async def flushed(self) -> None:
-        """Wait (with a deadline) until the audit queue is drained, on the server's loop."""
-        assert self.server.loop is not None
-        future = asyncio.run_coroutine_threadsafe(self.app.service.audit.flushed(), self.server.loop)
-        await asyncio.wait_for(asyncio.wrap_future(future), timeout=10)
+        """Wait (with a deadline) until the audit queue is drained."""
+        await audit_flushed(self.app, self.server)
 
 
 @pytest.fixture(scope="module")

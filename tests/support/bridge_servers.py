@@ -195,6 +195,13 @@ def bridge_app(
     return bridge
 
 
+async def audit_flushed(bridge: BridgeApp, server: ServerThread) -> None:
+    """Wait (with a deadline) until the Bridge's audit queue is drained, on the server's loop."""
+    assert server.loop is not None
+    future = asyncio.run_coroutine_threadsafe(bridge.service.audit.flushed(), server.loop)
+    await asyncio.wait_for(asyncio.wrap_future(future), timeout=10)
+
+
 @contextlib.contextmanager
 def bridge_over(upstream_app: Any, base_dir: Path, *, connection: str, owner: str, bridge: str) -> Iterator[ServerThread]:
     """A running Bridge with one connection (to `upstream_app`, served here too, credentialed with

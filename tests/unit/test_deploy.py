@@ -71,7 +71,7 @@ def test_haproxy_sends_to_exactly_the_compose_replicas_on_the_port_the_image_ser
     # R: S2, S3
     services = _compose()["services"]
     replicas = {f"{name}:8080" for name in services if name.startswith("gateway-")}
-    assert _haproxy_servers() == {"replicas": replicas, "bridge_mcp": replicas}
+    assert _haproxy_servers() == {"replicas": replicas, "bridge_mcp": replicas, "console": replicas}
     assert [a for i, a in _dockerfile() if i == "EXPOSE"] == ["8080"]
     cmd = shlex.split(next(a for i, a in _dockerfile() if i == "CMD").strip("[]").replace(",", " "))
     assert cmd[cmd.index("--port") + 1] == "8080" and cmd[cmd.index("--host") + 1] == "0.0.0.0"
