@@ -53,10 +53,12 @@ class InsufficientScope(Forbidden):
     """An access token without a scope the resource requires (RFC 6750 `insufficient_scope`)."""
 
     code = "insufficient_scope"
+    challenge = 'Bearer error="insufficient_scope"'
 
-    def __init__(self, message: str, *, challenge: str) -> None:
+    def __init__(self, message: str, *, challenge: str | None = None) -> None:
         super().__init__(message)
-        self.challenge = challenge
+        if challenge is not None:
+            self.challenge = challenge
 
 
 class NotFound(GatewayError):
