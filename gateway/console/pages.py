@@ -146,6 +146,7 @@ class Console:
         except GatewayError as exc:
             log.info("console sign-in refused: %s", exc.code)
             return self._sign_in_page(request, "That API key was not accepted.", 401)
+        self.sessions.discard(request)
         session = self.sessions.create(identity)
         response = RedirectResponse("/console", status_code=303, headers={"Cache-Control": "no-store"})
         self.sessions.set_cookie(response, session, request)

@@ -70,11 +70,13 @@ class ConsoleSessions:
     """The console's session table: create, look up (with idle expiry), end."""
 
     def __init__(
-        self, *, idle_seconds: float = 1800.0, max_sessions: int = 10_000, clock: Callable[[], float] = time.monotonic
+        self, *, idle_seconds: float = 1800.0, max_age_seconds: float = 12 * 3600.0, max_sessions: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if idle_seconds <= 0 or max_sessions < 1:
-            raise ValueError("idle_seconds must be positive and max_sessions at least 1")
+        if idle_seconds <= 0 or max_age_seconds <= 0 or max_sessions < 1:
+            raise ValueError("idle_seconds and max_age_seconds must be positive, max_sessions at least 1")
         self.idle_seconds = idle_seconds
+        self.max_age_seconds = max_age_seconds
         self.max_sessions = max_sessions
         self._clock = clock
         self._table: OrderedDict[str, ConsoleSession] = OrderedDict()
@@ -101,7 +103,7 @@ class ConsoleSessions:
         session = self._table.get(key)
         if session is None:
             return None
-        if now - session.last_used > self.idle_seconds:
+        if now - session.last_used > self.idle_seconds or now - session.created > self.max_age_seconds:
             del self._table[key]
             return None
         session.last_used = now
@@ -129,11 +131,15 @@ class ConsoleSessions:
             COOKIE_NAME, session.id, httponly=True, samesite="strict", secure=is_tls(request), path="/"
         )
 
-    def end(self, request: HTTPConnection, response: Response) -> None:
-        """Sign out: forget the request's session and clear its cookie."""
+    def discard(self, request: HTTPConnection) -> None:
+        """Forget the request's session, if any (a new sign-in replaces it: no session fixation)."""
         session_id = request.cookies.get(COOKIE_NAME)
         if session_id:
             self._table.pop(_key(session_id), None)
+
+    def end(self, request: HTTPConnection, response: Response) -> None:
+        """Sign out: forget the request's session and clear its cookie."""
+        self.discard(request)
         response.delete_cookie(COOKIE_NAME, path="/", httponly=True, samesite="strict", secure=is_tls(request))
 
     def _expire(self, now: float) -> None:

@@ -51,6 +51,7 @@ def console(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[Console]:
                     "secretKey": "file:seal.key"},
         )
         with running_gateway(config, tmp_path) as gw, chromium() as browser:
+            expect.set_options(timeout=20_000)  # a deadline, not a pause: 2 shared cores can be slow
             yield Console(gw.url, tools.url, browser)
 
 
@@ -126,6 +127,29 @@ def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_anoth
     page.check("input[name=bridge-conn-tools]")
     page.click("button:has-text('Add bridge')")
     expect(page.locator('[data-testid=bridges] tr[data-id="pipes"]')).to_contain_text("tools")
+    expect(page.locator("select[name=connection-owner] option")).to_have_text(["alice", "org:acme"])  # the account and its org
+
+    # edit and delete: a second connection renamed (prefix), added to the bridge and taken out, deleted
+    page.fill("input[name=connection-id]", "spare")
+    page.fill("input[name=connection-endpoint]", console.tools_url + "/mcp")
+    page.click("button:has-text('Add connection')")
+    spare = page.locator('[data-testid=connections] tr[data-id="spare"]')
+    spare.get_by_role("button", name="Edit").click()
+    expect(page.locator("input[name=connection-id]")).to_be_disabled()
+    page.fill("input[name=connection-prefix]", "sp")
+    page.click("button:has-text('Save connection')")
+    expect(spare.locator("td").nth(3)).to_have_text("sp")
+    bridge_row = page.locator('[data-testid=bridges] tr[data-id="pipes"]')
+    bridge_row.get_by_role("button", name="Edit").click()
+    page.check("input[name=bridge-conn-spare]")
+    page.click("button:has-text('Save bridge')")
+    expect(bridge_row.locator("td").nth(2)).to_have_text("tools, spare")
+    bridge_row.get_by_role("button", name="Edit").click()
+    page.uncheck("input[name=bridge-conn-spare]")
+    page.click("button:has-text('Save bridge')")
+    expect(bridge_row.locator("td").nth(2)).to_have_text("tools")
+    spare.get_by_role("button", name="Delete").click()
+    expect(spare).to_have_count(0)
     screenshot(page, "connections")
 
     # C3: draw input -> echo -> output; the input's port is renamed in the inspector
@@ -221,29 +245,40 @@ def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_anoth
     page.select_option("select[name=status]", "")
     page.fill("input[name=scope]", "")
     page.click("button:has-text('Filter')")
-    expect(rows).to_have_count(6)  # every record of alice's, newest first: 3 runs, the save, the bridge, the connection
+    expect(rows).to_have_count(11)  # every record of alice's, newest first: 3 runs, the save, 5 edits, the bridge, the connection
     expect(rows.nth(3)).to_contain_text("bridge.graph_save")
-    expect(rows.nth(5)).to_contain_text("connection.create")
+    expect(rows.nth(4)).to_contain_text("connection.delete")
+    expect(rows.nth(10)).to_contain_text("connection.create")
     assert violations == []
 
     # paged: 20 records a page, older ones behind "Older"
     csrf = page.locator('meta[name="csrf-token"]').get_attribute("content") or ""
-    for i in range(8):  # 16 more records: 22 in all
+    for i in range(5):  # 10 more records: 21 in all
         made = alice.request.post(console.url + "/connections", headers={"x-csrf-token": csrf},
                                   data={"id": f"extra{i}", "endpoint": console.tools_url + "/mcp"})
         assert made.status == 201
         assert alice.request.delete(console.url + f"/connections/extra{i}", headers={"x-csrf-token": csrf}).status == 204
-    assert wait_until(lambda: audit_count(alice, console.url) == 22)
+    assert wait_until(lambda: audit_count(alice, console.url) == 21)
     page.click("button:has-text('Filter')")
     expect(rows).to_have_count(20)
     expect(rows.first).to_contain_text("connection.delete")
     page.click("button:has-text('Older')")
     expect(page.get_by_text("page 2")).to_be_visible()
-    expect(rows).to_have_count(2)
+    expect(rows).to_have_count(1)
     expect(rows.last).to_contain_text("connection.create")
     expect(page.get_by_role("button", name="Older")).to_be_disabled()
     page.click("button:has-text('Newer')")
     expect(rows).to_have_count(20)
+    page.fill("input[name=resource]", "shout")
+    page.click("button:has-text('Filter')")
+    expect(rows).to_have_count(3)  # the three runs of the pipeline
+    page.fill("input[name=since]", "2099-01-01T00:00")
+    page.click("button:has-text('Filter')")
+    expect(page.get_by_text("No records.")).to_be_visible()
+    page.fill("input[name=since]", "")
+    page.fill("input[name=until]", "2000-01-01T00:00")
+    page.click("button:has-text('Filter')")
+    expect(rows).to_have_count(0)
 
     # a second account in a second browser context sees none of it
     bob, bob_page, bob_violations = signed_in(console, canary.BOB_KEY)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from starlette.requests import Request
+from starlette.responses import Response
 
 from gateway.console.session import ConsoleSessions
 from gateway.identity import Identity
@@ -144,7 +146,49 @@ def test_sessions_expire_when_idle_and_stay_bounded() -> None:
     assert first.id not in repr(first) and first.csrf_token not in repr(first)
 
 
-@pytest.mark.parametrize("bad", [{"idle_seconds": 0}, {"max_sessions": 0}])
+def test_a_session_ends_at_its_maximum_age_however_much_it_is_used() -> None:
+    # R: C1
+    now = [0.0]
+    sessions = ConsoleSessions(idle_seconds=60, max_age_seconds=100, clock=lambda: now[0])
+    session = sessions.create(Identity(user_id="a"))
+    for t in (50.0, 100.0):
+        now[0] = t
+        assert sessions.get(session.id) is session
+    now[0] = 101.0
+    assert sessions.get(session.id) is None
+
+
+def test_signing_in_again_replaces_the_old_session(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    # R: C1
+    with running_gateway(console_config(upstream.url, tmp_path), tmp_path) as gw, httpx2.Client(base_url=gw.url) as http:
+        sign_in(http, canary.ALICE_KEY)
+        old = http.cookies.get("toolgate_console")
+        with httpx2.Client(base_url=gw.url) as other_tab:  # a sign-in form opened before, posted now
+            form = re.search(r'name="signin_token" value="([^"]+)"', other_tab.get("/console").text)
+            assert form is not None
+            http.cookies.set("toolgate_console_signin", other_tab.cookies["toolgate_console_signin"], path="/console")
+        http.post("/console/signin", data={"signin_token": form.group(1), "api_key": canary.BOB_KEY})
+        new = http.cookies.get("toolgate_console")
+        as_bob = http.get("/bridges")
+        with httpx2.Client(base_url=gw.url, cookies={"toolgate_console": old or ""}) as replay:
+            replayed = replay.get("/bridges")
+    assert old and new and old != new and as_bob.status_code == 200
+    assert replayed.status_code == 401  # the first session is gone
+
+
+@pytest.mark.parametrize("bad", [{"idle_seconds": 0}, {"max_age_seconds": 0}, {"max_sessions": 0}])
 def test_session_table_bounds_must_be_positive(bad: dict) -> None:
     with pytest.raises(ValueError):
         ConsoleSessions(**bad)
+
+
+@pytest.mark.parametrize(("scheme", "secure"), [("https", True), ("http", False)])
+def test_the_cookie_is_secure_exactly_when_the_console_is_served_over_tls(scheme: str, secure: bool) -> None:
+    # R: C1 -- the scheme as uvicorn reports it (TLS served directly, or a trusted proxy's header)
+    request = Request({"type": "http", "method": "POST", "scheme": scheme, "path": "/console/signin",
+                       "headers": [(b"host", b"console.example")], "query_string": b"", "server": ("console.example", 443)})
+    sessions = ConsoleSessions()
+    response = Response()
+    sessions.set_cookie(response, sessions.create(Identity(user_id="a")), request)
+    flags = {part.strip().lower() for part in response.headers["set-cookie"].split(";")}
+    assert ("secure" in flags) is secure and {"httponly", "samesite=strict", "path=/"} <= flags
