@@ -154,6 +154,7 @@ class OidcSignIn:
             response = self.console.sign_in_failed(request, str(exc), 400)
             response.delete_cookie(LOGIN_COOKIE, path="/console/callback", httponly=True, samesite="lax", secure=is_tls(request))
             return response
+        self.console.sessions.discard(request)  # a new sign-in replaces the browser's session (no fixation)
         session = self.console.sessions.create(identity)
         # a page, not a redirect: the session cookie is SameSite=Strict, and a redirect chain that
         # began at the issuer (another site) would not send it to /console yet

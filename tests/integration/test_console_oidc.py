@@ -90,6 +90,12 @@ async def test_console_signs_in_through_the_issuer_with_pkce_and_each_account_se
         bridges = await browser.get(f"{gateway.url}/bridges")
         replayed = await browser.get(f"{callback}?{urlencode(back)}")
         key_form = await browser.post(f"{gateway.url}/console/signin", data={"api_key": canary.ALICE_KEY})
+        first_session = browser.cookies.get("toolgate_console")
+        to_issuer_again = await browser.get(f"{gateway.url}/console/login")  # a signed-in browser signs in anew
+        again = await sign_in(browser, to_issuer_again.headers["location"], "alice", callback)  # no form: the issuer remembers
+        assert (await browser.get(f"{callback}?{urlencode(again)}")).status_code == 200
+    async with httpx2.AsyncClient(timeout=30, cookies={"toolgate_console": first_session or ""}) as stale:
+        replaced = await stale.get(f"{gateway.url}/bridges")
     async with httpx2.AsyncClient(timeout=30) as bob:
         _, bobs_answer = await at_issuer(bob, gateway.url, "bob")
         assert (await bob.get(f"{callback}?{urlencode(bobs_answer)}")).status_code == 200
@@ -114,6 +120,7 @@ async def test_console_signs_in_through_the_issuer_with_pkce_and_each_account_se
     assert [b["id"] for b in bridges.json()["data"]] == ["demo"]
     assert replayed.status_code == 400 and "unknown or expired" in replayed.text
     assert key_form.status_code == 400 and "API-key sign-in is off" in key_form.text
+    assert first_session and replaced.status_code == 401  # a new sign-in replaced the session (no fixation)
     assert bobs_bridges.status_code == 200 and bobs_bridges.json()["data"] == []
     assert "bob@globex.test" in bobs_shell.text and "alice" not in bobs_shell.text
     for response in (page, to_issuer, landed, shell, bridges, replayed, key_form):
@@ -145,6 +152,7 @@ async def test_a_callback_from_another_browser_a_refusal_or_a_forged_state_signs
 def test_a_person_signs_in_to_the_console_through_the_issuer_in_chromium(gateway: ServerThread, issuer: OidcProvider) -> None:
     # R: C1
     with chromium() as browser:
+        expect.set_options(timeout=20_000)  # a deadline, not a pause: 2 shared cores can be slow
         context = browser.new_context(viewport={"width": 1440, "height": 900})
         page = context.new_page()
         pages: list[str] = []
