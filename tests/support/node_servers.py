@@ -59,13 +59,16 @@ def start_node(argv: list[str], cwd: Path, port: int, marker: str, what: str, lo
     )
     log = process.stderr if log_stderr else process.stdout
     assert log is not None
+    seen: list[str] = []
     while True:
         ready, _, _ = select.select([log], [], [], deadline)
         line = log.readline() if ready else ""
         if not line:
             process.kill()
             process.wait(10)
-            raise RuntimeError(f"{what} did not start")
+            said = "".join(seen[-40:]).strip()
+            raise RuntimeError(f"{what} did not start" + (f"; its last words: {said[-2000:]}" if said else ""))
+        seen.append(line)
         if marker in line:
             break
     threading.Thread(target=log.read, name=f"{what}-log", daemon=True).start()
