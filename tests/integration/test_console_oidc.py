@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 
 from tests.support import canary
 from tests.support.bridge_servers import CallLog, tool_server
-from tests.support.browser import chromium, screenshot
+from tests.support.browser import chromium
 from tests.support.gateway import running_gateway
 from tests.support.http_server import ServerThread, serve
 from tests.support.node_servers import free_port
@@ -159,7 +159,6 @@ def test_a_person_signs_in_to_the_console_through_the_issuer_in_chromium(gateway
         page.on("framenavigated", lambda frame: pages.append(frame.url) if frame == page.main_frame else None)
         page.goto(gateway.url + "/console")
         expect(page.locator("input[name=api_key]")).to_have_count(0)
-        screenshot(page, "signin-oauth")
         sign_in_in_browser(page, gateway.url, issuer, "alice")
         expect(page.get_by_role("heading", name="Connections")).to_be_visible()
         assert any(url.startswith(issuer.issuer + "/interaction/") for url in pages)  # the issuer's own login page
