@@ -28,6 +28,7 @@ from gateway.api.responses import ResponsesDialect
 from gateway.auth import authorization_of
 from gateway.chat import ChatHandler
 from gateway.config import Config, load_config
+from gateway.console.oidc import add_oidc_sign_in
 from gateway.console.pages import Console, console_for
 from gateway.errors import BadRequest, GatewayError, HeadersTooLarge, MethodNotAllowed, ModelNotFound, NotFound, error_response, internal_error
 from gateway.gateway import Gateway
@@ -144,6 +145,7 @@ def create_app(config: Config) -> FastAPI:
     """Build the gateway for `config`; its lifespan starts plugins, the Bridge and closes clients."""
     gateway = Gateway(config)
     console = console_for(gateway.auth, gateway.secrets.scrub)
+    add_oidc_sign_in(console, gateway)  # C1: sign-in through auth.oauth's issuer when auth.oauth.console is set
     bridge = _bridge_service(gateway, console)
 
     @asynccontextmanager
@@ -177,11 +179,11 @@ def create_app(config: Config) -> FastAPI:
         return {"id": name, "object": "model", "created": 0, "owned_by": "toolgate"}
 
     async def models(request: Request) -> Response:
-        gateway.auth.authenticate(authorization_of(request.headers))
+        await gateway.auth.authenticate(authorization_of(request.headers), request.url.path)
         return JSONResponse({"object": "list", "data": [model_object(m) for m in gateway.routes]})
 
     async def model(request: Request) -> Response:
-        gateway.auth.authenticate(authorization_of(request.headers))
+        await gateway.auth.authenticate(authorization_of(request.headers), request.url.path)
         name = request.path_params["model"]
         if name not in gateway.routes:
             raise ModelNotFound(f"model '{name[:200]}' is not served here; GET /v1/models lists the models", param="model")
@@ -196,7 +198,7 @@ def create_app(config: Config) -> FastAPI:
 
     async def metrics(request: Request) -> Response:
         if gateway.config.server.metrics_auth:
-            gateway.auth.authenticate(authorization_of(request.headers))
+            await gateway.auth.authenticate(authorization_of(request.headers), request.url.path)
         return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.router.routes.append(Route("/v1/models", models, methods=["GET"]))
@@ -218,6 +220,8 @@ def create_app(config: Config) -> FastAPI:
     app.router.routes.append(Route("/metrics", metrics, methods=["GET"]))
     if bridge is not None:
         app.router.routes.extend([*bridge.routes(), *console.routes()])
+    if gateway.auth.oauth is not None:  # protected-resource metadata (F16)
+        app.router.routes.extend(gateway.auth.oauth.routes(mcp=bridge is not None))
     _install_error_handlers(app, gateway)
     server = config.server
     app.add_middleware(RequestIdMiddleware, body_timeout=server.body_timeout_seconds, max_header_bytes=server.max_header_bytes)
@@ -242,7 +246,7 @@ def _bridge_service(gateway: Gateway, console: Console) -> Any:
     from gateway.bridge.service import BridgeService
 
     async def authenticate(request: Request) -> Identity:
-        return gateway.auth.authenticate(authorization_of(request.headers))
+        return await gateway.auth.authenticate(authorization_of(request.headers), request.url.path)
 
     return BridgeService(
         settings, authenticate=authenticate, api_authenticate=console.authenticator(authenticate), http=gateway.http, metrics=gateway.metrics.registry,

@@ -1,7 +1,9 @@
-"""Authentication at the edge (G3): a bearer token becomes an `Identity`, or a 401."""
+"""Authentication at the edge (G3): a bearer token (API key, JWT, or OAuth access token: F16)
+becomes an `Identity`, or a 401."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -12,9 +14,10 @@ import httpx2
 import jwt
 from starlette.datastructures import Headers
 
-from gateway.config import AuthConfig, JwtSettings
-from gateway.errors import Unauthorized
+from gateway.config import AuthConfig, ClaimMap, JwtSettings
+from gateway.errors import Unauthorized, Unavailable
 from gateway.identity import ANONYMOUS, Identity
+from gateway.oauth import InvalidToken, ResourceServer, verify_jwt
 from gateway.secrets import SecretSet, resolve_secret
 
 
@@ -55,7 +58,8 @@ def authorization_of(headers: Headers) -> str | None:
 
 
 class Authenticator:
-    """Resolves a presented token to an `Identity` according to `auth.mode`."""
+    """Resolves a presented token to an `Identity` according to `auth.mode`; with `auth.oauth`,
+    access tokens of the authorization server too (F16), beside API keys."""
 
     def __init__(self, config: AuthConfig, base_dir: Path, secrets: SecretSet) -> None:
         self.mode = config.mode
@@ -63,6 +67,7 @@ class Authenticator:
         self._jwt: JwtSettings | None = config.jwt
         self._jwt_key: Any = None
         self._jwks: jwt.PyJWKSet | None = None
+        self.oauth = ResourceServer(config.oauth) if config.oauth is not None else None
         for entry in config.api_keys:
             digest = entry.key_sha256 or fingerprint(resolve_secret(entry.key or "", base_dir, secrets))
             self._keys[digest] = Identity(entry.user_id, entry.org_id, entry.display_name, entry.email, digest)
@@ -72,31 +77,53 @@ class Authenticator:
             elif self._jwt.public_key:
                 self._jwt_key = resolve_secret(self._jwt.public_key, base_dir, secrets)
 
-    async def load_jwks(self, http: httpx2.AsyncClient) -> None:
-        """Fetch the JWKS once at start-up when `jwt.jwks_url` is configured."""
+    async def start(self, http: httpx2.AsyncClient) -> None:
+        """Fetch the JWKS of `jwt.jwks_url` (start-up fails without it); with `oauth`, try the
+        issuer's keys (an issuer not answering yet is retried when a token comes)."""
         if self.mode == "jwt" and self._jwt is not None and self._jwt.jwks_url:
             response = await http.get(self._jwt.jwks_url, timeout=10)
             response.raise_for_status()
             self._jwks = jwt.PyJWKSet.from_dict(json.loads(response.content))
+        if self.oauth is not None:
+            self.oauth.keys.http = http
+            with contextlib.suppress(Unavailable):  # logged; requests meanwhile get 503 saying why
+                await self.oauth.keys.refresh()
 
-    def authenticate(self, authorization: str | None) -> Identity:
-        """The caller's identity; raises `Unauthorized` (401) without a valid credential."""
+    def refused(self, message: str, path: str = "/", *, presented: bool = False) -> Unauthorized:
+        """A 401 for `path`; with OAuth on, its challenge points at the resource's metadata."""
+        if self.oauth is not None:
+            return self.oauth.refused(message, path, presented=presented)
+        return Unauthorized(message)
+
+    async def authenticate(self, authorization: str | None, path: str = "/") -> Identity:
+        """The identity of the caller of `path`; raises `Unauthorized` (401) without a valid credential."""
         if self.mode == "none":
             token = bearer_token(authorization)
             return Identity(credential_fp=fingerprint(token)) if token else ANONYMOUS
-        token = bearer_token(authorization)
+        try:
+            token = bearer_token(authorization)
+        except Unauthorized as exc:
+            raise self.refused(exc.message, path, presented=True) from None
         if token is None:
-            raise Unauthorized("missing credential: send 'Authorization: Bearer <token>'")
+            raise self.refused("missing credential: send 'Authorization: Bearer <token>'", path)
+        if self.mode == "jwt":
+            return self._by_jwt(token)
         if self.mode == "api_keys":
-            return self._by_key(token)
-        return self._by_jwt(token)
+            identity = self._by_key(token)
+            if identity is not None:
+                return identity
+            if self.oauth is None or token.count(".") != 2:  # not a key, and not shaped like a JWT
+                raise self.refused("invalid API key", path, presented=True)
+        assert self.oauth is not None
+        claims = await self.oauth.verify(token, path)
+        return claims_identity(claims, self.oauth.settings, token)
 
-    def _by_key(self, token: str) -> Identity:
+    def _by_key(self, token: str) -> Identity | None:
         digest = fingerprint(token)
         for known, identity in self._keys.items():
             if hmac.compare_digest(known, digest):
                 return identity
-        raise Unauthorized("invalid API key")
+        return None
 
     def _by_jwt(self, token: str) -> Identity:
         settings = self._jwt
@@ -108,29 +135,25 @@ class Authenticator:
                 key = next((k.key for k in self._jwks.keys if kid is None or k.key_id == kid), None)
                 if key is None:
                     raise Unauthorized("invalid token: no matching key in the JWKS")
-            claims = jwt.decode(
-                token,
-                key,
-                algorithms=settings.algorithms,
-                audience=settings.audience,
-                issuer=settings.issuer,
-                options={"require": ["exp", "aud", "iss"]},
-            )
-        except jwt.ExpiredSignatureError:
-            raise Unauthorized("invalid token: expired") from None
-        except (jwt.PyJWTError, ValueError, TypeError) as exc:
-            # a token whose `alg` names another key family (HS256 against a public key, RS256 or
-            # ES256 against an HMAC secret) fails in key preparation, outside InvalidTokenError
+            claims = verify_jwt(token, key, algorithms=settings.algorithms, audience=settings.audience, issuer=settings.issuer)
+        except jwt.PyJWTError as exc:
             raise Unauthorized(f"invalid token: {type(exc).__name__}") from None
+        except InvalidToken as exc:
+            raise Unauthorized(f"invalid token: {exc}") from None
+        return claims_identity(claims, settings, token)
 
-        def claim(name: str) -> str | None:
-            value = claims.get(name)
-            return str(value) if value is not None else None
 
-        return Identity(
-            user_id=claim(settings.user_claim),
-            org_id=claim(settings.org_claim),
-            display_name=claim(settings.name_claim),
-            email=claim(settings.email_claim),
-            credential_fp=fingerprint(token),
-        )
+def claims_identity(claims: dict[str, Any], names: ClaimMap, token: str) -> Identity:
+    """The identity a verified token's claims name (which claim is which: `names`)."""
+
+    def claim(name: str) -> str | None:
+        value = claims.get(name)
+        return str(value) if value is not None else None
+
+    return Identity(
+        user_id=claim(names.user_claim),
+        org_id=claim(names.org_claim),
+        display_name=claim(names.name_claim),
+        email=claim(names.email_claim),
+        credential_fp=fingerprint(token),
+    )

@@ -25,7 +25,7 @@ from gateway.api.dialect import Dialect, StreamEncoder, Translation
 from gateway.auth import authorization_of
 from gateway.chain import GatewayTool
 from gateway.conversation import CONVERSATION_HEADER, client_conversation_id, conversation_key
-from gateway.errors import GatewayError, ModelNotFound, Unauthorized, UpstreamTimeout, error_response, internal_error
+from gateway.errors import GatewayError, ModelNotFound, UpstreamTimeout, error_response, internal_error
 from gateway.gateway import Gateway, Route
 from gateway.logs import request_id_var
 from gateway.loop import Ending, LoopStats, TurnIO, run_completion, run_stream
@@ -78,8 +78,8 @@ class ChatHandler:
         authorization_of(request.headers)  # two or more Authorization headers: 401, whichever the dialect reads
         credential = dialect.credential(request.headers)
         if credential is None and self.gw.auth.mode != "none":
-            raise Unauthorized(f"missing credential: send {dialect.credential_headers}")
-        identity = self.gw.auth.authenticate(credential)
+            raise self.gw.auth.refused(f"missing credential: send {dialect.credential_headers}", request.url.path)
+        identity = await self.gw.auth.authenticate(credential, request.url.path)
         record.user = identity.user_id
         translation = dialect.parse(parse_object(await read_body(request, self.gw.config.server.max_body_bytes)), request.headers)
         body = translation.chat

@@ -6,11 +6,12 @@ problem as `file: dotted.path: what was expected`.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.bridge.config import BridgeConfig
 from gateway.registry import PLUGIN_TYPES, PluginConfig, plugin_id
@@ -56,7 +57,16 @@ class ApiKey(_Strict):
         return self
 
 
-class JwtSettings(_Strict):
+class ClaimMap(_Strict):
+    """Which token claims become the caller's identity (G3)."""
+
+    user_claim: str = "sub"
+    org_claim: str = "org_id"
+    name_claim: str = "name"
+    email_claim: str = "email"
+
+
+class JwtSettings(ClaimMap):
     """JWT verification: an HMAC `secret`, a PEM `public_key`, or a `jwks_url` (fetched at start)."""
 
     secret: SecretRef | None = None
@@ -65,10 +75,6 @@ class JwtSettings(_Strict):
     algorithms: list[str] = Field(default_factory=lambda: ["HS256", "RS256", "ES256"])
     audience: str | None = None
     issuer: str | None = None
-    user_claim: str = "sub"
-    org_claim: str = "org_id"
-    name_claim: str = "name"
-    email_claim: str = "email"
 
     @model_validator(mode="after")
     def _one_of(self) -> "JwtSettings":
@@ -77,10 +83,64 @@ class JwtSettings(_Strict):
         return self
 
 
+ASYMMETRIC_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+
+
+class OAuthScopes(_Strict):
+    """Scopes an access token must carry, per resource (F16); also what the metadata advertises."""
+
+    mcp: list[str] = Field(default_factory=list, description="on /mcp and /mcp/<bridgeId>")
+    v1: list[str] = Field(default_factory=list, description="on the model API (/v1/...)")
+
+
+class ConsoleClient(_Strict):
+    """The console as a client of the authorization server (C1): sign-in by authorization code +
+    PKCE, redirect URI `<public_url>/console/callback` registered at the issuer."""
+
+    client_id: str = Field(min_length=1)
+    client_secret: SecretRef | None = Field(default=None, description="a confidential client (client_secret_basic); none: a public client")
+    scopes: list[str] = Field(default_factory=lambda: ["openid", "email", "profile"], description="asked at sign-in; 'openid' is always sent")
+
+
+class OAuthSettings(ClaimMap):
+    """OAuth at the edge (F16): the gateway as a resource server of an external authorization server.
+
+    Resources are `<public_url>/mcp`, `<public_url>/mcp/<bridgeId>` and `<public_url>/v1` (and the
+    gateway as a whole, `<public_url>`); an access token is accepted where its `aud` names the
+    resource or one that contains it."""
+
+    issuer: str = Field(pattern=r"^https?://[^?#\s]+$", description="the authorization server's issuer identifier")
+    public_url: str = Field(description="this gateway's origin as clients reach it, e.g. https://gw.example.com")
+    jwks_url: str | None = Field(default=None, pattern=r"^https?://\S+$", description="default: `jwks_uri` of the issuer's metadata")
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "PS256", "ES256", "EdDSA"], min_length=1)
+    scopes: OAuthScopes = Field(default_factory=OAuthScopes)
+    leeway_seconds: float = Field(default=30, ge=0, le=300, description="clock skew allowed on exp/nbf/iat")
+    console: ConsoleClient | None = Field(default=None, description="sign the console in through this issuer")
+
+    @field_validator("public_url")
+    @classmethod
+    def _origin(cls, value: str) -> str:
+        origin = value.rstrip("/")
+        if not re.fullmatch(r"https?://[^/?#\s]+", origin):
+            raise ValueError("must be this gateway's origin as clients reach it (scheme://host[:port]), without a path")
+        return origin
+
+    @model_validator(mode="after")
+    def _asymmetric(self) -> "OAuthSettings":
+        refused = [a for a in self.algorithms if a not in ASYMMETRIC_ALGORITHMS]
+        if refused:
+            raise ValueError(f"algorithms {refused} are not public-key signatures; use some of {list(ASYMMETRIC_ALGORITHMS)}")
+        return self
+
+
 class AuthConfig(_Strict):
-    mode: Literal["none", "api_keys", "jwt"] = "none"
+    """`mode`: who may call. `oauth` (F16) stands beside `api_keys` (a key or an access token) or
+    alone (`mode: oauth`, access tokens only)."""
+
+    mode: Literal["none", "api_keys", "jwt", "oauth"] = "none"
     api_keys: list[ApiKey] = Field(default_factory=list)
     jwt: JwtSettings | None = None
+    oauth: OAuthSettings | None = None
 
     @model_validator(mode="after")
     def _mode_needs(self) -> "AuthConfig":
@@ -91,6 +151,10 @@ class AuthConfig(_Strict):
         if self.mode == "jwt" and self.jwt is not None and (not self.jwt.audience or not self.jwt.issuer):
             # without them any token the key signed is accepted, whoever it was issued for
             raise ValueError("mode 'jwt' needs 'jwt.audience' and 'jwt.issuer' (the token's 'aud' and 'iss' must match them)")
+        if self.mode == "oauth" and self.oauth is None:
+            raise ValueError("mode 'oauth' needs an 'oauth' section (issuer, public_url)")
+        if self.oauth is not None and self.mode not in ("oauth", "api_keys"):
+            raise ValueError("an 'oauth' section works with mode 'oauth' (access tokens) or 'api_keys' (keys and access tokens)")
         return self
 
 
@@ -163,7 +227,7 @@ def reference_problems(data: Any) -> list[tuple[str, str]]:
     auth = data.get("auth") if isinstance(data, dict) else None
     mode = auth.get("mode", "none") if isinstance(auth, dict) else "none"
     if isinstance(server, dict) and server.get("metrics_auth") is True and mode == "none":
-        problems.append(("server.metrics_auth", "needs a credential to check: set auth.mode to api_keys or jwt"))
+        problems.append(("server.metrics_auth", "needs a credential to check: set auth.mode to api_keys, jwt or oauth"))
     return problems
 
 

@@ -17,6 +17,8 @@ class GatewayError(Exception):
     status: int = 500
     type: str = "server_error"
     code: str = "internal_error"
+    challenge: str | None = None
+    """The `WWW-Authenticate` value its response carries (401, and 403 for a missing scope)."""
 
     def __init__(self, message: str, *, code: str | None = None, param: str | None = None) -> None:
         super().__init__(message)
@@ -35,10 +37,28 @@ class BadRequest(GatewayError):
 
 class Unauthorized(GatewayError):
     status, type, code = 401, "authentication_error", "invalid_api_key"
+    challenge = "Bearer"
+
+    def __init__(self, message: str, *, challenge: str | None = None) -> None:
+        super().__init__(message)
+        if challenge is not None:
+            self.challenge = challenge
 
 
 class Forbidden(GatewayError):
     status, type, code = 403, "permission_error", "forbidden"
+
+
+class InsufficientScope(Forbidden):
+    """An access token without a scope the resource requires (RFC 6750 `insufficient_scope`)."""
+
+    code = "insufficient_scope"
+    challenge = 'Bearer error="insufficient_scope"'
+
+    def __init__(self, message: str, *, challenge: str | None = None) -> None:
+        super().__init__(message)
+        if challenge is not None:
+            self.challenge = challenge
 
 
 class NotFound(GatewayError):
@@ -119,7 +139,7 @@ def openai_error(exc: GatewayError) -> dict[str, Any]:
 def error_response(exc: GatewayError, scrub: Callable[[str], str], shape: ErrorShape = openai_error) -> Response:
     """The one error renderer of every route: `exc` in `shape`, scrubbed of every resolved secret."""
     raw = scrub(json.dumps(shape(exc), ensure_ascii=False))
-    headers = {"www-authenticate": "Bearer"} if exc.status == 401 else None
+    headers = {"www-authenticate": exc.challenge} if exc.challenge else None
     return Response(raw, status_code=exc.status, media_type="application/json", headers=headers)
 
 

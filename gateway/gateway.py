@@ -63,7 +63,7 @@ class Gateway:
         }
 
     async def start(self) -> None:
-        await self.auth.load_jwks(self.http)
+        await self.auth.start(self.http)
         if any(u.kind == "litellm" for u in self.config.upstreams):
             await asyncio.to_thread(import_litellm)  # seconds of import, at start-up and off the loop
         for name, route in self.routes.items():

@@ -55,7 +55,7 @@ PAGE_HEADERS = {
     "Cache-Control": "no-store",
 }
 
-SignInWithKey = Callable[[str], Identity]
+SignInWithKey = Callable[[str], Awaitable[Identity]]
 """Checks an API key as the gateway's `Authenticator` does (raises `Unauthorized`)."""
 
 
@@ -142,7 +142,7 @@ class Console:
         if not expected or not hmac.compare_digest(presented.encode(), expected.encode()):
             return self._sign_in_page(request, "The sign-in form expired; please try again.", 400)
         try:
-            identity = self._sign_in_with_key(form.get("api_key", ""))
+            identity = await self._sign_in_with_key(form.get("api_key", ""))
         except GatewayError as exc:
             log.info("console sign-in refused: %s", exc.code)
             return self._sign_in_page(request, "That API key was not accepted.", 401)
@@ -162,6 +162,10 @@ class Console:
         response = RedirectResponse("/console", status_code=303, headers={"Cache-Control": "no-store"})
         self.sessions.end(request, response)
         return response
+
+    def sign_in_failed(self, request: Request, message: str, status: int = 400) -> Response:
+        """The sign-in page saying why a sign-in (of any method) did not complete."""
+        return self._sign_in_page(request, message, status)
 
     def _sign_in_page(self, request: Request, error: str | None = None, status: int = 200) -> Response:
         # a double-submit token against login CSRF (a foreign page signing this browser in as its own account)
@@ -187,8 +191,8 @@ def console_for(authenticator: Authenticator, scrub: Callable[[str], str]) -> Co
     """The gateway's console: sessions in this process, API-key sign-in through `authenticator`
     (the same check as every API, so the session carries the identity of G3)."""
 
-    def sign_in_with_key(key: str) -> Identity:
+    async def sign_in_with_key(key: str) -> Identity:
         key = key.strip()
-        return authenticator.authenticate(f"Bearer {key}" if key else None)
+        return await authenticator.authenticate(f"Bearer {key}" if key else None, "/console")
 
     return Console(ConsoleSessions(), sign_in_with_key, scrub, key_required=authenticator.mode != "none")

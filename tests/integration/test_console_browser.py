@@ -5,7 +5,6 @@ the real gateway, a Python-SDK MCP tool server as the connection, and the MCP SD
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import re
 import secrets
@@ -26,6 +25,8 @@ from tests.support.bridge_servers import CallLog, mcp_http, tool_server
 from tests.support.browser import chromium, screenshot
 from tests.support.gateway import running_gateway, simple_config
 from tests.support.http_server import serve
+from tests.support.node_servers import free_port
+from tests.support.oidc import CONSOLE_SECRET_ENV, OidcProvider, console_client, oauth_section, sign_in_in_browser
 from tests.support.upstream import ScriptedUpstream
 from tests.support.waiting import wait_until
 
@@ -35,37 +36,42 @@ class Console:
     url: str
     tools_url: str
     browser: Browser
+    issuer: OidcProvider
 
 
 @pytest.fixture
-def console(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[Console]:
+def console(upstream: ScriptedUpstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Console]:
+    """The gateway signs the console in through a real issuer (oidc-provider: alice of org acme,
+    bob of org globex); alice's API key still serves her MCP client on /mcp/<bridgeId>."""
     (tmp_path / "seal.key").write_text(secrets.token_urlsafe(32))
-    with serve(tool_server(CallLog(), delay=0.0, required_header=(canary.CONNECTION_HEADER, canary.CONNECTION_TOKEN))) as tools:
+    port, client_secret = free_port(), secrets.token_urlsafe(24)
+    monkeypatch.setenv(CONSOLE_SECRET_ENV, client_secret)
+    with serve(tool_server(CallLog(), delay=0.0, required_header=(canary.CONNECTION_HEADER, canary.CONNECTION_TOKEN))) as tools, \
+            OidcProvider(clients=[console_client(port, client_secret)]) as issuer:
         config = simple_config(
             upstream.url,
             auth={"mode": "api_keys", "api_keys": [
                 {"key": canary.ALICE_KEY_REF, "user_id": "alice", "org_id": "acme", "email": "alice@acme.test"},
-                {"key_sha256": hashlib.sha256(canary.BOB_KEY.encode()).hexdigest(), "user_id": "bob"},
-            ]},
+            ], "oauth": oauth_section(issuer.issuer, port)},
             bridge={"enabled": True, "database": str(tmp_path / "bridge.db"), "apiEndpointAllowPrivate": ["127.0.0.0/8"],
                     "secretKey": "file:seal.key"},
         )
-        with running_gateway(config, tmp_path) as gw, chromium() as browser:
+        with running_gateway(config, tmp_path, port=port) as gw, chromium() as browser:
             expect.set_options(timeout=20_000)  # a deadline, not a pause: 2 shared cores can be slow
-            yield Console(gw.url, tools.url, browser)
+            yield Console(gw.url, tools.url, browser, issuer)
 
 
-def signed_in(console: Console, key: str, shot: str | None = None) -> tuple[BrowserContext, Page, list[str]]:
-    """A new browser context (its own cookies) signed in with `key`; the list collects CSP reports."""
+def signed_in(console: Console, user: str, shot: str | None = None) -> tuple[BrowserContext, Page, list[str]]:
+    """A new browser context (its own cookies) signed in as `user` through the issuer; the list
+    collects CSP reports."""
     context = console.browser.new_context(viewport={"width": 1440, "height": 900})
     page = context.new_page()
     violations: list[str] = []
     page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
-    page.goto(console.url + "/console")
     if shot:
+        page.goto(console.url + "/console")
         screenshot(page, shot)
-    page.fill("input[name=api_key]", key)
-    page.click("button:has-text('Sign in')")
+    sign_in_in_browser(page, console.url, console.issuer, user)
     expect(page.get_by_role("heading", name="Connections")).to_be_visible()
     return context, page, violations
 
@@ -110,7 +116,7 @@ async def call_over_mcp(url: str, name: str, arguments: dict[str, Any]) -> Any:
 
 def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_another_account_sees_none_of_it(console: Console) -> None:
     # R: C1, C2, C3, C4
-    alice, page, violations = signed_in(console, canary.ALICE_KEY, shot="signin")
+    alice, page, violations = signed_in(console, "alice", shot="signin")
 
     # C2: a connection to the test MCP server, its credential written once, and a bridge over it
     page.fill("input[name=connection-id]", "tools")
@@ -281,7 +287,7 @@ def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_anoth
     expect(rows).to_have_count(0)
 
     # a second account in a second browser context sees none of it
-    bob, bob_page, bob_violations = signed_in(console, canary.BOB_KEY)
+    bob, bob_page, bob_violations = signed_in(console, "bob")
     expect(bob_page.locator("[data-testid=connections] tbody tr")).to_have_count(0)
     expect(bob_page.locator("[data-testid=bridges] tbody tr")).to_have_count(0)
     assert bob.request.get(console.url + "/bridges/pipes/graph").status == 404
@@ -298,7 +304,7 @@ def test_a_stored_graph_that_breaks_the_rules_shows_each_problem_on_its_element_
 ) -> None:
     # R: C3, F8 -- a graph stored by an older version (the REST API never saves one): a cycle, an
     # edge to a node that is gone, a pipeline with a bad name
-    alice, page, violations = signed_in(console, canary.ALICE_KEY)
+    alice, page, violations = signed_in(console, "alice")
     csrf = page.locator('meta[name="csrf-token"]').get_attribute("content") or ""
     assert alice.request.post(console.url + "/connections", headers={"x-csrf-token": csrf}, data={
         "id": "tools", "endpoint": console.tools_url + "/mcp"}).status == 201

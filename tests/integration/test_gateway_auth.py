@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 
@@ -59,7 +60,7 @@ def test_jwt_is_verified_and_its_claims_become_the_identity() -> None:
     claims = {"sub": "u1", "org_id": "o1", "name": "Una", "email": "u@o.test", "aud": "toolgate", "iss": "https://idp.test",
               "exp": int(time.time()) + 60}
     token = jwt.encode(claims, JWT_SECRET, algorithm="HS256")
-    identity = auth.authenticate(f"Bearer {token}")
+    identity = asyncio.run(auth.authenticate(f"Bearer {token}"))
     assert (identity.user_id, identity.org_id, identity.display_name, identity.email) == ("u1", "o1", "Una", "u@o.test")
     assert identity.credential_fp == hashlib.sha256(token.encode()).hexdigest()
     expired = jwt.encode({**claims, "exp": int(time.time()) - 10}, JWT_SECRET, algorithm="HS256")
@@ -67,15 +68,15 @@ def test_jwt_is_verified_and_its_claims_become_the_identity() -> None:
     wrong_aud = jwt.encode({**claims, "aud": "other"}, JWT_SECRET, algorithm="HS256")
     for bad, reason in ((expired, "expired"), (forged, "InvalidSignatureError"), (wrong_aud, "InvalidAudienceError"), ("junk", "DecodeError")):
         with pytest.raises(Unauthorized) as caught:
-            auth.authenticate(f"Bearer {bad}")
+            asyncio.run(auth.authenticate(f"Bearer {bad}"))
         assert reason in caught.value.message and canary.CANARY not in caught.value.message
 
 
 def test_auth_off_gives_an_anonymous_identity() -> None:
     # R: G3
     auth = Authenticator(AuthConfig(mode="none"), __import__("pathlib").Path("."), SecretSet())
-    assert auth.authenticate(None) == Identity()
-    assert auth.authenticate("Bearer abc").is_anonymous
+    assert asyncio.run(auth.authenticate(None)) == Identity()
+    assert asyncio.run(auth.authenticate("Bearer abc")).is_anonymous
 
 
 def test_client_conversation_ids_are_scoped_by_identity() -> None:
@@ -159,5 +160,5 @@ def test_jwt_whose_alg_names_another_key_family_gets_401_not_500(monkeypatch: py
     ]
     for auth, token in cases:
         with pytest.raises(Unauthorized) as caught:
-            auth.authenticate(f"Bearer {token}")
+            asyncio.run(auth.authenticate(f"Bearer {token}"))
         assert caught.value.message.startswith("invalid token: ") and canary.CANARY not in caught.value.message

@@ -4,6 +4,7 @@ token and header sizes, JSON nesting depth on every endpoint, slow bodies. Hosti
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -45,12 +46,12 @@ def test_a_jwt_for_another_issuer_or_audience_or_without_them_is_refused() -> No
     # R: G3
     auth = Authenticator(AuthConfig(mode="jwt", jwt={"secret": canary.JWT_SECRET_REF, **BOUND}), Path("."), SecretSet())
     claims = {"sub": "u1", "aud": "toolgate", "iss": "https://idp.test", "exp": int(time.time()) + 60}
-    assert auth.authenticate(f"Bearer {jwt.encode(claims, canary.JWT_SECRET, algorithm='HS256')}").user_id == "u1"
+    assert asyncio.run(auth.authenticate(f"Bearer {jwt.encode(claims, canary.JWT_SECRET, algorithm='HS256')}")).user_id == "u1"
     for changed, reason in (({"iss": "https://evil.test"}, "InvalidIssuerError"), ({"aud": "other"}, "InvalidAudienceError"),
                             ({"iss": None}, "MissingRequiredClaimError"), ({"aud": None}, "MissingRequiredClaimError")):
         token = jwt.encode({k: v for k, v in {**claims, **changed}.items() if v is not None}, canary.JWT_SECRET, algorithm="HS256")
         with pytest.raises(Unauthorized, match=reason):
-            auth.authenticate(f"Bearer {token}")
+            asyncio.run(auth.authenticate(f"Bearer {token}"))
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.node_servers import NODE_DIR, free_port, require_node, start_node
+from tests.support.node_servers import NODE_DIR, free_port, require_node, start_node, stop_node
 
 FIXTURE_DIR = NODE_DIR / "conformance-fixture"
 SUITE = NODE_DIR / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
@@ -46,9 +46,7 @@ class ConformanceFixture:
     def stop(self) -> None:
         """Kill it and wait."""
         process, self.process = self.process, None
-        if process is not None:
-            process.kill()
-            process.wait(10)
+        stop_node(process)
 
 
 @dataclass(frozen=True)

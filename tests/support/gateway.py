@@ -16,10 +16,10 @@ from tests.support.http_server import ServerThread, serve
 
 
 @contextmanager
-def running_gateway(config: dict[str, Any], base_dir: Path | None = None) -> Iterator[ServerThread]:
+def running_gateway(config: dict[str, Any], base_dir: Path | None = None, port: int = 0) -> Iterator[ServerThread]:
     """`with running_gateway({...}) as gw: gw.url` — lifespan runs, so plugins are started."""
     app = create_app(parse_config(config, "test-config", base_dir or Path(".")))
-    with serve(app) as server:
+    with serve(app, port=port) as server:
         yield server
 
 

@@ -20,10 +20,11 @@ from tests.support import canary
 class ServerThread:
     """A uvicorn server bound to 127.0.0.1:<free port>, started and stopped from sync code."""
 
-    def __init__(self, app: Any, *, lifespan: str = "on", log_level: str = "warning") -> None:
+    def __init__(self, app: Any, *, lifespan: str = "on", log_level: str = "warning", port: int = 0) -> None:
+        """`port`: 0 (the OS chooses) unless the app must know its URL before it serves (OAuth's public_url)."""
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind(("127.0.0.1", port))
         # accepted connections inherit this; without it each kept-alive POST waits ~44 ms (Nagle + delayed ACK)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.port: int = self.sock.getsockname()[1]

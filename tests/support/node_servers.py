@@ -48,27 +48,38 @@ def free_port() -> int:
 
 
 def start_node(argv: list[str], cwd: Path, port: int, marker: str, what: str, log_stderr: bool = True,
-               deadline: float = START_SECONDS) -> subprocess.Popen[str]:
-    """Start a Node.js server on `port` and wait (with a deadline) for `marker` in its log (stderr,
-    or stdout with `log_stderr=False`); its log is read on afterwards, or a full pipe would stop it."""
+               deadline: float = START_SECONDS, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start a Node.js server on `port` (with `env` added to its environment) and wait (with a
+    deadline) for `marker` in its log (stderr, or stdout with `log_stderr=False`); its log is read
+    on afterwards, or a full pipe would stop it."""
     process = subprocess.Popen(
-        argv, cwd=cwd, env={**os.environ, "PORT": str(port)}, text=True,
+        argv, cwd=cwd, env={**os.environ, **(env or {}), "PORT": str(port)}, text=True,
         stdout=subprocess.DEVNULL if log_stderr else subprocess.PIPE,
         stderr=subprocess.PIPE if log_stderr else subprocess.DEVNULL,
     )
     log = process.stderr if log_stderr else process.stdout
     assert log is not None
+    seen: list[str] = []
     while True:
         ready, _, _ = select.select([log], [], [], deadline)
         line = log.readline() if ready else ""
         if not line:
             process.kill()
             process.wait(10)
-            raise RuntimeError(f"{what} did not start")
+            said = "".join(seen[-40:]).strip()
+            raise RuntimeError(f"{what} did not start" + (f"; its last words: {said[-2000:]}" if said else ""))
+        seen.append(line)
         if marker in line:
             break
     threading.Thread(target=log.read, name=f"{what}-log", daemon=True).start()
     return process
+
+
+def stop_node(process: subprocess.Popen[str] | None) -> None:
+    """Kill a server `start_node` started (None: nothing to do) and wait for it."""
+    if process is not None:
+        process.kill()
+        process.wait(10)
 
 
 class EverythingServer:
@@ -92,9 +103,7 @@ class EverythingServer:
     def stop(self) -> None:
         """Kill the process and wait for it (its sessions die with it)."""
         process, self.process = self.process, None
-        if process is not None:
-            process.kill()
-            process.wait(10)
+        stop_node(process)
 
     def restart(self) -> None:
         """A new process on the same port: the old sessions are unknown to it."""

@@ -93,7 +93,7 @@ routes:
         f"{path}: routes.0.upstream: names upstream 'missing', which is not defined in 'upstreams'",
         f"{path}: routes.0.plugins.0.id: plugin id 'mcp' is used more than once in this chain",
         f"{path}: routes.0.plugins.1.id: plugin id 'mcp' is used more than once in this chain",
-        f"{path}: server.metrics_auth: needs a credential to check: set auth.mode to api_keys or jwt",
+        f"{path}: server.metrics_auth: needs a credential to check: set auth.mode to api_keys, jwt or oauth",
         f"{path}: upstreams.0.api_key: environment variable TG_TEST_UNSET_KEY is not set (from env:TG_TEST_UNSET_KEY)",
     ]
 
