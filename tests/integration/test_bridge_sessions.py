@@ -43,6 +43,25 @@ async def test_a_callers_federated_calls_share_one_upstream_session_that_no_othe
     assert sorted(state.deleted) == sorted(state.opened), "closing the Bridge closes (DELETE) every session"
 
 
+@pytest.mark.parametrize("legacy_only", [True, False], ids=["2025-11-25 session", "2026-07-28 stateless"])
+async def test_a_callers_calls_reuse_one_tcp_connection_although_the_answers_are_streamed(tmp_path: Path, legacy_only: bool) -> None:
+    # R: F15
+    # The SDK closes an answer's event stream before the server's end of it; unless the rest is
+    # read, that connection cannot be reused and each call costs a new TCP connection.
+    state = McpServerState()
+    with serve(http_app(state, legacy_only=legacy_only)) as server:
+        upstreams = Upstreams(base_dir=tmp_path, secrets=SecretSet(), list_ttl=30)
+        conn = ConnectionRecord("tools", "alice", f"{server.url}/mcp", source="config")
+        try:
+            answers = [texts(await upstreams.call_tool_as("alice", conn, "count", {})) for _ in range(6)]
+        finally:
+            await upstreams.close()
+    assert answers[-1].endswith(" call 6")
+    assert sum(state.peers.values()) >= 6, "every call was a POST"
+    # One connection, or two when a POST overlapped the opening of the session's event stream (GET).
+    assert len(state.peers) <= 2, f"POSTs came over {len(state.peers)} TCP connections: {dict(state.peers)}"
+
+
 async def test_through_the_endpoint_each_caller_keeps_one_session_and_an_idle_one_is_closed(tmp_path: Path) -> None:
     # R: F15
     state = McpServerState()

@@ -66,6 +66,8 @@ class McpServerState:
     auth_headers: list[str] = field(default_factory=list)
     arguments: list[dict[str, Any]] = field(default_factory=list)
     methods: Counter[str] = field(default_factory=Counter)
+    peers: Counter[tuple[str, int]] = field(default_factory=Counter)
+    """POST requests per client address and port: one entry per TCP connection the client used."""
     """JSON-RPC methods received over HTTP (e.g. to prove `resources/list` was never asked)."""
     end_every_session: bool = False
     """When set, every request carrying a session id gets 404 (a server that keeps ending sessions)."""
@@ -222,6 +224,9 @@ def recording_app(state: McpServerState, inner: Any, *, legacy_only: bool = Fals
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         session = headers.get("mcp-session-id")
+        if scope["method"] == "POST" and scope.get("client"):
+            peer = tuple(scope["client"])
+            state.note(lambda: state.peers.update([peer]))
         if "authorization" in headers or "x-api-key" in headers:
             state.note(lambda: state.auth_headers.append(headers.get("authorization") or headers["x-api-key"]))
         credential = headers.get("authorization") or headers.get("x-api-key")
