@@ -131,6 +131,9 @@ class Upstreams:
         self._closing: set[asyncio.Task[None]] = set()
         self._relays: weakref.WeakValueDictionary[tuple[str, str], Relay] = weakref.WeakValueDictionary()
         """Per pooled session (connection, caller): alive while its session's client holds it."""
+        self.changes = 0
+        """How many times a connection was made, changed or deleted here (`forget`): what is kept
+        about which connections exist (federation.py) is stale once this moves."""
 
     async def close(self) -> None:
         """Close every pooled session (DELETE), wait for background closes, close the HTTP clients."""
@@ -141,7 +144,8 @@ class Upstreams:
         await self.clients.close()
 
     def forget(self, connection_id: str) -> None:
-        """Drop what is known about a connection (after it changed or was deleted); its sessions close."""
+        """Drop what is known about a connection (after it was made, changed or deleted); its sessions close."""
+        self.changes += 1
         self._catalogs.pop(connection_id, None)
         self._needs_listing.pop(connection_id, None)
         known = self._targets.pop(connection_id, None)

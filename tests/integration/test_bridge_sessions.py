@@ -1,8 +1,10 @@
 """The Bridge's upstream sessions (F15): reused per caller, never shared, closed when idle; the
-discovery result cached; connection name prefixes, the empty one included."""
+discovery result cached; connection name prefixes, the empty one included; TCP connections and
+the caller's connection list reused between calls."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +14,11 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import ValidationError
 
 from gateway.bridge.config import BridgeConfig
+from gateway.bridge.federation import CallerScope, Federation
 from gateway.bridge.records import ConnectionRecord
+from gateway.bridge.store import SqliteStore
 from gateway.bridge.upstream import Upstreams
+from gateway.identity import Identity
 from gateway.secrets import SecretSet
 from tests.support.bridge_servers import bridge_app, edge, graph, mcp_http, node, pipeline, tool_node
 from tests.support.http_server import serve
@@ -200,3 +205,44 @@ async def test_with_auth_off_two_clients_sessions_never_share_an_upstream_sessio
     (a1, a2), (b1, b2) = seen
     assert a1.split()[1] == a2.split()[1] and a2.endswith(" call 2"), "one client's calls share its upstream session"
     assert b1.endswith(" call 1") and b1.split()[1] != a1.split()[1], "the next client gets its own"
+
+
+class CountingStore(SqliteStore):
+    """The real store, counting the connection listings asked of it."""
+
+    listings = 0
+
+    async def list_connections(self, owners: Sequence[str]) -> list[ConnectionRecord]:
+        self.listings += 1
+        return await super().list_connections(owners)
+
+
+async def test_a_callers_connection_list_is_reused_between_calls_and_changes_are_seen_at_once(tmp_path: Path) -> None:
+    # R: F1, F3, S2
+    state = McpServerState()
+    with serve(http_app(state)) as server:
+        store = CountingStore(tmp_path / "f.db")
+        await store.open()
+        upstreams = Upstreams(base_dir=tmp_path, secrets=SecretSet(), list_ttl=30)
+        federation = Federation(store, upstreams)
+        alice = CallerScope(Identity(user_id="alice"), ("alice",))
+        try:
+            await store.upsert_connection(ConnectionRecord("tools", "alice", f"{server.url}/mcp", source="config"))
+            first = await federation.resolve(alice, "tools__count")
+            again = await federation.resolve(alice, "tools__count")
+            reused = store.listings
+            # Made by another replica sharing the store: this process was not told, a name no
+            # connection it knows answers to is looked up afresh.
+            await store.upsert_connection(ConnectionRecord("more", "alice", f"{server.url}/mcp", source="config"))
+            elsewhere = await federation.resolve(alice, "more__count")
+            # Deleted through this process (the REST API forgets the connection): gone at once.
+            await store.delete_connection("tools")
+            upstreams.forget("tools")
+            deleted = await federation.resolve(alice, "tools__count")
+        finally:
+            await upstreams.close()
+            await store.close()
+    assert first is not None and again is not None and first.connection.id == again.connection.id == "tools"
+    assert reused == 1, "the second call asked the store again"
+    assert elsewhere is not None and elsewhere.connection.id == "more"
+    assert deleted is None
