@@ -99,10 +99,10 @@ def build_server(handlers: BridgeHandlers, offerings: Offerings) -> Server[Any]:
         return await offerings.set_level(caller(ctx), params.level)
 
     async def on_subscribe_resource(ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams) -> types.EmptyResult:
-        return await offerings.subscribe(caller(ctx), str(params.uri), True)
+        return await offerings.subscribe(caller(ctx), str(params.uri), True, ctx)
 
     async def on_unsubscribe_resource(ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams) -> types.EmptyResult:
-        return await offerings.subscribe(caller(ctx), str(params.uri), False)
+        return await offerings.subscribe(caller(ctx), str(params.uri), False, ctx)
 
     with warnings.catch_warnings():  # logging and subscriptions are deprecated as of 2026-07-28, still relayed before
         warnings.simplefilter("ignore")
