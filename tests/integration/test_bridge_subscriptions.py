@@ -52,6 +52,11 @@ def text(result: types.CallToolResult) -> str:
     return "".join(block.text for block in result.content if isinstance(block, types.TextContent))
 
 
+def caller(bridge_url: str, key: str, inbox: Inbox | None = None) -> Client:
+    """A session-ful (2025-11-25) SDK client of the Bridge presenting `key`, its notifications in `inbox`."""
+    return Client(streamable_http_client(f"{bridge_url}/mcp", http_client=mcp_http(key)), mode="legacy", message_handler=inbox)
+
+
 @contextlib.contextmanager
 def quiet() -> Any:
     with warnings.catch_warnings():  # subscriptions are deprecated as of 2026-07-28, still served before
@@ -75,10 +80,8 @@ async def test_a_subscriber_gets_the_resource_updates_of_its_connection_until_it
         with serve(bridge_app(config, tmp_path).app) as bridge:
             alice_inbox, bob_inbox = Inbox(), Inbox()
             async with (
-                Client(streamable_http_client(f"{bridge.url}/mcp", http_client=mcp_http("alice-key")), mode="legacy",
-                       message_handler=alice_inbox) as alice,
-                Client(streamable_http_client(f"{bridge.url}/mcp", http_client=mcp_http("bob-key")), mode="legacy",
-                       message_handler=bob_inbox) as bob,
+                caller(bridge.url, "alice-key", alice_inbox) as alice,
+                caller(bridge.url, "bob-key", bob_inbox) as bob,
                 Client(f"{server.url}/mcp", mode="legacy") as changer,
             ):
                 with quiet():
@@ -111,8 +114,7 @@ async def test_a_connections_tool_list_change_reaches_its_callers_session_and_th
         with serve(bridge_app(config, tmp_path).app) as bridge:
             inbox = Inbox()
             async with (
-                Client(streamable_http_client(f"{bridge.url}/mcp", http_client=mcp_http("alice-key")), mode="legacy",
-                       message_handler=inbox) as alice,
+                caller(bridge.url, "alice-key", inbox) as alice,
                 Client(f"{server.url}/mcp", mode="legacy") as changer,
             ):
                 before = {t.name for t in (await alice.list_tools()).tools}  # listed and cached (toolListTtlSeconds: 30)
@@ -141,9 +143,8 @@ async def test_a_subscribed_session_stays_open_while_idle_sessions_are_closed(tm
         with serve(bridge_app(config, tmp_path).app) as bridge:
             inbox = Inbox()
             async with (
-                Client(streamable_http_client(f"{bridge.url}/mcp", http_client=mcp_http("alice-key")), mode="legacy",
-                       message_handler=inbox) as alice,
-                Client(streamable_http_client(f"{bridge.url}/mcp", http_client=mcp_http("bob-key")), mode="legacy") as bob,
+                caller(bridge.url, "alice-key", inbox) as alice,
+                caller(bridge.url, "bob-key") as bob,
                 Client(f"{server.url}/mcp", mode="legacy") as changer,
             ):
                 with quiet():
