@@ -232,6 +232,11 @@ class McpEndpoint:
             for old in evicted:  # the caller's own least recently used sessions, beyond its cap
                 await _close_session(manager, old)
 
+    def session_alive(self, session_id: str) -> bool:
+        """Does the caller's Bridge session still exist (not deleted, evicted or expired)?"""
+        manager = self.manager
+        return manager is not None and _alive_in(manager)(session_id)
+
     async def _caller(self, identity: Identity, bridge_id: str | None) -> CallerScope:
         owners = owners_of(identity)
         if bridge_id is None:

@@ -98,6 +98,12 @@ class Relay:
         self._subscribed.pop(uri, None)
         return True
 
+    def prune(self, alive: Callable[[str], bool]) -> None:
+        """Forget the Bridge sessions that ended (deleted by their client, evicted, expired), and
+        their subscriptions."""
+        for session_id in [s for s in self._sessions if not alive(s)]:
+            self._drop(session_id)
+
     def _drop(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
         for uri in [u for u, ids in self._subscribed.items() if session_id in ids]:

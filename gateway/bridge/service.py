@@ -80,6 +80,7 @@ class BridgeService:
         )
         self.offerings = Offerings(federation, self.upstreams, ttl=config.toolListTtlSeconds, secrets=secrets, gate=gate)
         self._endpoint = McpEndpoint(self.store, authenticate, self.offerings, scrub=secrets.scrub, limits=config.limits)
+        self.upstreams.downstream_alive = self._endpoint.session_alive  # subscriptions end with their Bridge session
         self._api = BridgeApi(
             self.store, self.upstreams, authenticate, config.api_endpoint_allowed, scrub=secrets.scrub,
             limits=config.limits, audit=self.audit, egress=egress,

@@ -135,6 +135,8 @@ class Upstreams:
         """Per pooled session (connection, caller): alive while its session's client holds it."""
         self._subscribing: dict[tuple[str, str], Relay] = {}
         """Relays with resource subscriptions: kept, and their sessions kept open while idle."""
+        self.downstream_alive: Callable[[str], bool] = lambda session_id: True
+        """Does a caller's Bridge session still exist (set by the service: the endpoint knows)."""
         self.changes = 0
         """How many times a connection was made, changed or deleted here (`forget`): what is kept
         about which connections exist (federation.py) is stale once this moves."""
@@ -285,7 +287,21 @@ class Upstreams:
         return factory_for
 
     def _kept_open(self, connection_id: str) -> Callable[[str], bool]:
-        return lambda slot: (connection_id, SessionPool.slot_key(slot) or slot) in self._subscribing
+        """Whether a slot's session stays open while idle: while a live Bridge session of its caller
+        is subscribed to something (an ended one's subscriptions end with it)."""
+
+        def keep(slot: str) -> bool:
+            key = (connection_id, SessionPool.slot_key(slot) or slot)
+            relay = self._subscribing.get(key)
+            if relay is None:
+                return False
+            relay.prune(self.downstream_alive)
+            if relay.subscriptions:
+                return True
+            del self._subscribing[key]
+            return False
+
+        return keep
 
     def _pool(self, connection_id: str, target: McpTarget) -> SessionPool:
         pooled = self._pools.get(connection_id)

@@ -156,6 +156,10 @@ async def test_a_subscribed_session_stays_open_while_idle_sessions_are_closed(tm
                 kept = not (subscribed & set(state.deleted))
                 told = text(await changer.call_tool("touch", {"uri": "docs://guide"}))
                 await inbox.wait_for(types.ResourceUpdatedNotification)
+            # alice's client closed (DELETE): her subscription ends with her Bridge session, and the
+            # upstream session kept for it is closed once idle
+            released = await asyncio.to_thread(state.wait_for, lambda: subscribed <= set(state.deleted), DEADLINE)
     assert closed, "an idle session without subscriptions is closed"
     assert kept and told == "told 1", "the subscribed session was kept open"
     assert updated_uris(inbox) == ["docs://guide"]
+    assert released, "nothing is left behind once the subscriber is gone"
