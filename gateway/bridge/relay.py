@@ -57,10 +57,14 @@ def _declared(ctx: Downstream, capability: types.ClientCapabilities) -> bool:
 class Relay:
     """Routes what one upstream session sends to the caller's request in flight on it."""
 
-    def __init__(self, label: str, on_list_changed: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, label: str, on_list_changed: Callable[[], None] | None = None, alive: Callable[[str], bool] | None = None
+    ) -> None:
+        """`alive(session_id)`: does a Bridge session still exist (what ended is forgotten)."""
         self.label = label
         self._serving: list[Downstream] = []
         self._on_list_changed = on_list_changed
+        self._alive = alive if alive is not None else (lambda session_id: True)
         self._sessions: OrderedDict[str, Any] = OrderedDict()
         """The caller's Bridge sessions that used the upstream session: id -> their `ServerSession`."""
         self._subscribed: dict[str, set[str]] = {}
@@ -76,6 +80,8 @@ class Relay:
         session_id = session_id_of(ctx) if ctx is not None else None
         if ctx is None or session_id is None:
             return
+        if session_id not in self._sessions:
+            self.prune()
         self._sessions[session_id] = ctx.session
         self._sessions.move_to_end(session_id)
         while len(self._sessions) > MAX_SESSIONS:
@@ -98,10 +104,10 @@ class Relay:
         self._subscribed.pop(uri, None)
         return True
 
-    def prune(self, alive: Callable[[str], bool]) -> None:
+    def prune(self) -> None:
         """Forget the Bridge sessions that ended (deleted by their client, evicted, expired), and
         their subscriptions."""
-        for session_id in [s for s in self._sessions if not alive(s)]:
+        for session_id in [s for s in self._sessions if not self._alive(s)]:
             self._drop(session_id)
 
     def _drop(self, session_id: str) -> None:
@@ -118,6 +124,7 @@ class Relay:
         elif isinstance(message, LIST_CHANGED):
             if self._on_list_changed is not None:
                 self._on_list_changed()
+            self.prune()
             targets = set(self._sessions)
         else:
             return  # progress and logs come through their callbacks; transport errors end the session

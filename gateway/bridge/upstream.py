@@ -241,7 +241,10 @@ class Upstreams:
     def _relay(self, connection_id: str, caller: str) -> Relay:
         relay = self._relays.get((connection_id, caller))
         if relay is None:
-            relay = Relay(connection_id, on_list_changed=lambda: self._catalogs.pop(connection_id, None))
+            relay = Relay(
+                connection_id, on_list_changed=lambda: self._catalogs.pop(connection_id, None),
+                alive=lambda session_id: self.downstream_alive(session_id),
+            )
             self._relays[(connection_id, caller)] = relay
         return relay
 
@@ -295,7 +298,7 @@ class Upstreams:
             relay = self._subscribing.get(key)
             if relay is None:
                 return False
-            relay.prune(self.downstream_alive)
+            relay.prune()
             if relay.subscriptions:
                 return True
             del self._subscribing[key]
