@@ -11,7 +11,9 @@
    F15) versus the same call made directly on an open session, at concurrency 1 and 10, alternated
    round by round in the same run. Target: ≤ 3 ms added at p50.
 
-`--only federated` runs section 3 alone (writes bench/results/bridge_federated.md).
+`--only federated` runs section 3 alone (writes bench/results/bridge_federated.md); `--baseline DIR`
+adds the Bridge of another checkout of the code (its process served by its own copy of this file)
+to the same rounds, for a before/after under the same load.
 
 Writes a table to bench/results/bridge.md (with date and machine).
 """
@@ -115,10 +117,12 @@ def tool_process(delay: float, *, handshake_only: bool = False) -> Iterator[Serv
 
 
 @contextlib.contextmanager
-def bridge_process(tools_url: str) -> Iterator[Served]:
-    """The Bridge (one connection `tools`, caller alice) in its own process, as deployed; yields it."""
+def bridge_process(tools_url: str, checkout: Path | None = None) -> Iterator[Served]:
+    """The Bridge (one connection `tools`, caller alice) in its own process, as deployed; yields it.
+    With `checkout`, the Bridge of that copy of the code (its own bench/bridge_bench.py serves it)."""
+    script = checkout / "bench" / "bridge_bench.py" if checkout is not None else Path(__file__)
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--bridge-server", tools_url], stdout=subprocess.PIPE, text=True,
+        [sys.executable, str(script), "--bridge-server", tools_url], stdout=subprocess.PIPE, text=True,
         stderr=subprocess.DEVNULL, env={**os.environ, "BENCH_ALICE_KEY": canary.ALICE_KEY},
     )
     try:
@@ -329,19 +333,25 @@ def own_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def side_by_side(tools: Served, bridge: Served, concurrency: int, rounds: int, per_round: int) -> dict[str, Side]:
-    """`echo` by C direct clients vs C clients of the Bridge (all caller alice, so the Bridge's calls
-    share alice's one upstream session), rounds alternating; each process's CPU time per side."""
-    sides = {"direct": Side(), "federated": Side()}
+async def side_by_side(
+    tools: Served, bridges: dict[str, Served], concurrency: int, rounds: int, per_round: int
+) -> dict[str, Side]:
+    """`echo` by C direct clients vs C clients of each Bridge (all caller alice, so a Bridge's calls
+    share alice's one upstream session), rounds alternating; each process's CPU time per side (the
+    Bridge column of the direct side: the first Bridge, idle)."""
+    names = ["direct", *bridges]
+    sides = {name: Side() for name in names}
+    bridge_of = {"direct": next(iter(bridges.values())), **bridges}
     async with contextlib.AsyncExitStack() as stack:
         direct_http = await stack.enter_async_context(httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)))
-        clients: dict[str, list[tuple[Client, str]]] = {"direct": [], "federated": []}
+        clients: dict[str, list[tuple[Client, str]]] = {name: [] for name in names}
         for _ in range(concurrency):
             client = Client(streamable_http_client(f"{tools.url}/mcp", http_client=direct_http))
             clients["direct"].append((await stack.enter_async_context(client), "echo"))
-            http = await stack.enter_async_context(mcp_http("alice-key"))
-            client = Client(streamable_http_client(f"{bridge.url}/mcp", http_client=http))
-            clients["federated"].append((await stack.enter_async_context(client), "tools__echo"))
+            for name, bridge in bridges.items():
+                http = await stack.enter_async_context(mcp_http("alice-key"))
+                client = Client(streamable_http_client(f"{bridge.url}/mcp", http_client=http))
+                clients[name].append((await stack.enter_async_context(client), "tools__echo"))
 
         async def caller(client: Client, tool: str, out: list[float], n: int) -> None:
             for _ in range(n):
@@ -350,31 +360,36 @@ async def side_by_side(tools: Served, bridge: Served, concurrency: int, rounds: 
                 out.append(time.perf_counter() - started)
                 assert not result.is_error, result
 
-        def cpu_now() -> dict[str, float]:
+        def cpu_now(bridge: Served) -> dict[str, float]:
             return {"clients": own_cpu_seconds(), "Bridge": cpu_seconds(bridge.pid), "tool server": cpu_seconds(tools.pid)}
 
         for pairs in clients.values():  # warm-up: listings, upstream sessions
             await asyncio.gather(*(caller(c, t, [], 2) for c, t in pairs))
         for _ in range(rounds):
             for name, pairs in clients.items():
-                side, before = sides[name], cpu_now()
+                side, before = sides[name], cpu_now(bridge_of[name])
                 await asyncio.gather(*(caller(c, t, side.samples, per_round) for c, t in pairs))
-                for who, spent in cpu_now().items():
+                for who, spent in cpu_now(bridge_of[name]).items():
                     side.cpu[who] += spent - before[who]
     return sides
 
 
-async def federated_rows(rounds: int, per_round: int = 20) -> list[str]:
-    """Direct vs federated `echo`, for a handshake-only and a stateless tool server, at each concurrency."""
+async def federated_rows(rounds: int, per_round: int = 20, baseline: Path | None = None) -> list[str]:
+    """Direct vs federated `echo`, for a handshake-only and a stateless tool server, at each
+    concurrency; with `baseline` (another checkout), its Bridge too, in the same rounds."""
     rows = []
     for generation, handshake_only in (("2025-11-25 sessions", True), ("stateless 2026-07-28", False)):
-        with tool_process(0, handshake_only=handshake_only) as tools, bridge_process(tools.url) as bridge:
+        with contextlib.ExitStack() as stack:
+            tools = stack.enter_context(tool_process(0, handshake_only=handshake_only))
+            bridges = {"federated through /mcp": stack.enter_context(bridge_process(tools.url))}
+            if baseline is not None:
+                bridges[f"federated through /mcp, {baseline.name}"] = stack.enter_context(bridge_process(tools.url, baseline))
             for concurrency in CONCURRENCY:
-                sides = await side_by_side(tools, bridge, concurrency, rounds, per_round)
+                sides = await side_by_side(tools, bridges, concurrency, rounds, per_round)
                 direct_p50, _ = ms(sides["direct"].samples)
                 for name, side in sides.items():
                     p50, p90 = ms(side.samples)
-                    what = "direct, open session" if name == "direct" else "federated through /mcp"
+                    what = "direct, open session" if name == "direct" else name
                     added = "—" if name == "direct" else f"{p50 - direct_p50:+.2f}"
                     cpu = " | ".join(f"{side.cpu_ms_per_call(who):.2f}" for who in ("clients", "Bridge", "tool server"))
                     rows.append(
@@ -389,7 +404,7 @@ def header() -> list[str]:
     return [
         f"Measured {when} on {machine}, {os.cpu_count()} CPUs (shared with other work); everything on loopback",
         "(the Bridge in its own process under uvicorn's defaults — uvloop, httptools — as `toolgate serve` runs it;",
-        "the tool server in another; the clients in the benchmark process). Command: `python bench/bridge_bench.py --only federated`.",
+        f"the tool server in another; the clients in the benchmark process). Command: `python bench/bridge_bench.py {' '.join(sys.argv[1:])}`.",
     ]
 
 
@@ -446,6 +461,10 @@ if __name__ == "__main__":
     parser.add_argument("--only", choices=["federated"], default=None, help="run one section")
     parser.add_argument("--bridge-server", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--handshake-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--baseline", type=Path, default=None,
+        help="with --only federated: also the Bridge of this other checkout (e.g. `git worktree add ../base main`), same rounds",
+    )
     ns = parser.parse_args()
     if ns.tool_server is not None:
         run_tool_server(ns.tool_server, ns.handshake_only)
@@ -457,7 +476,7 @@ if __name__ == "__main__":
     for noisy in ("httpx2", "mcp", "uvicorn"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if ns.only == "federated":
-        rows = asyncio.run(federated_rows(max(ns.repeat // 3, 3)))
+        rows = asyncio.run(federated_rows(max(ns.repeat // 3, 3), baseline=ns.baseline))
         report = "\n".join(["# Bridge benchmark: federated calls", "", *header(), "", *federated_section(rows)])
         ns.out = str(Path(ns.out).with_name("bridge_federated.md"))
     else:
