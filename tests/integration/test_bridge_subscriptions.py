@@ -102,7 +102,7 @@ async def test_a_subscriber_gets_the_resource_updates_of_its_connection_until_it
     assert told_after == "told 0", "the unsubscription reached the server"
 
 
-async def test_a_connections_tool_list_change_reaches_its_callers_session_and_the_new_list_is_served_at_once(
+async def test_a_connections_list_changes_reach_its_callers_session_and_the_new_tool_list_is_served_at_once(
     tmp_path: Path,
 ) -> None:
     # R: F14, F13
@@ -120,7 +120,9 @@ async def test_a_connections_tool_list_change_reaches_its_callers_session_and_th
                 before = {t.name for t in (await alice.list_tools()).tools}  # listed and cached (toolListTtlSeconds: 30)
                 await alice.call_tool("docs__count", {})  # the caller's session of the connection is open
                 await changer.call_tool("grow", {})
-                await inbox.wait_for(types.ToolListChangedNotification)
+                for kind in (types.ToolListChangedNotification, types.ResourceListChangedNotification,
+                             types.PromptListChangedNotification):
+                    await inbox.wait_for(kind)
                 after = {t.name for t in (await alice.list_tools()).tools}
     assert "docs__grown" not in before
     assert after == before | {"docs__grown"}, "the connection's cached listing was dropped on its list_changed"

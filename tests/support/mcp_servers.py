@@ -54,7 +54,7 @@ TOOLS = [
 
 SUBSCRIPTION_TOOLS = [
     types.Tool(name="touch", description="Tells every session subscribed to `uri` that it changed.", input_schema={"type": "object"}),
-    types.Tool(name="grow", description="Adds the tool `grown` and tells every session the list changed.", input_schema={"type": "object"}),
+    types.Tool(name="grow", description="Adds the tool `grown` and tells every session the lists changed.", input_schema={"type": "object"}),
 ]
 """Listed (with resource subscriptions) by a server built with `subscriptions=True`."""
 
@@ -132,8 +132,8 @@ def build_server(
     """The test tools (and resources unless `resources=False`: then no resources capability). With
     `subscriptions`, resources can be subscribed to (2025-11-25) and the tools `touch` (sends
     `notifications/resources/updated` for `uri` to its subscribers) and `grow` (lists one more
-    tool from then on and sends `notifications/tools/list_changed` to every session that called a
-    tool) are listed."""
+    tool from then on and sends the tools, resources and prompts `list_changed` notifications to
+    every session that called a tool) are listed."""
 
     async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         tools = TOOLS + SUBSCRIPTION_TOOLS if subscriptions else TOOLS
@@ -179,7 +179,9 @@ def build_server(
             text = f"told {await notify(list(state.subscribers.get(uri, {}).values()), updated)}"
         elif subscriptions and params.name == "grow":
             state.note(lambda: setattr(state, "grown", True))
-            text = f"told {await notify(list(state.sessions.values()), types.ToolListChangedNotification())}"
+            changed = [types.ToolListChangedNotification(), types.ResourceListChangedNotification(), types.PromptListChangedNotification()]
+            told = [await notify(list(state.sessions.values()), notification) for notification in changed]
+            text = f"told {min(told)}"
         elif params.name == "count":
             state.note(lambda: state.per_session.update([session]))
             text = f"session {session} call {state.per_session[session]}"
