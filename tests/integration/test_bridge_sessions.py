@@ -4,7 +4,8 @@ the caller's connection list reused between calls."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +30,24 @@ def texts(result: Any) -> str:
     return str(result.content[0].text)
 
 
+@contextlib.asynccontextmanager
+async def upstreams_over(server_url: str, tmp_path: Path, connection_id: str, owner: str) -> AsyncIterator[tuple[Upstreams, ConnectionRecord]]:
+    """The Bridge's client side with one connection to the server at `server_url`; closed after."""
+    upstreams = Upstreams(base_dir=tmp_path, secrets=SecretSet(), list_ttl=30)
+    try:
+        yield upstreams, ConnectionRecord(connection_id, owner, f"{server_url}/mcp", source="config")
+    finally:
+        await upstreams.close()
+
+
 async def test_a_callers_federated_calls_share_one_upstream_session_that_no_other_caller_uses(tmp_path: Path) -> None:
     # R: F15
     state = McpServerState()
     with serve(http_app(state, legacy_only=True)) as server:
-        upstreams = Upstreams(base_dir=tmp_path, secrets=SecretSet(), list_ttl=30)
-        conn = ConnectionRecord("shared", "org:acme", f"{server.url}/mcp", source="config")
-        try:
+        async with upstreams_over(server.url, tmp_path, "shared", "org:acme") as (upstreams, conn):
             alice = [texts(await upstreams.call_tool_as("alice", conn, "count", {})) for _ in range(3)]
             bob = texts(await upstreams.call_tool_as("bob", conn, "count", {}))
             open_now = upstreams.sessions_open("shared")
-        finally:
-            await upstreams.close()
     alice_session = alice[0].split()[1]
     assert alice == [f"session {alice_session} call {n}" for n in (1, 2, 3)], "one session for all of alice's calls"
     assert bob.startswith("session ") and bob.endswith(" call 1") and alice_session not in bob, "bob has his own"
@@ -55,12 +62,8 @@ async def test_a_callers_calls_reuse_one_tcp_connection_although_the_answers_are
     # read, that connection cannot be reused and each call costs a new TCP connection.
     state = McpServerState()
     with serve(http_app(state, legacy_only=legacy_only)) as server:
-        upstreams = Upstreams(base_dir=tmp_path, secrets=SecretSet(), list_ttl=30)
-        conn = ConnectionRecord("tools", "alice", f"{server.url}/mcp", source="config")
-        try:
+        async with upstreams_over(server.url, tmp_path, "tools", "alice") as (upstreams, conn):
             answers = [texts(await upstreams.call_tool_as("alice", conn, "count", {})) for _ in range(6)]
-        finally:
-            await upstreams.close()
     assert answers[-1].endswith(" call 6")
     assert sum(state.peers.values()) >= 6, "every call was a POST"
     # One connection, or two when a POST overlapped the opening of the session's event stream (GET).
