@@ -11,7 +11,9 @@
    F15) versus the same call made directly on an open session, at concurrency 1 and 10, alternated
    round by round in the same run. Target: ≤ 3 ms added at p50.
 
-`--only federated` runs section 3 alone (writes bench/results/bridge_federated.md).
+`--only federated` runs section 3 alone (writes bench/results/bridge_federated.md); `--baseline DIR`
+adds the Bridge of another checkout of the code (its process served by its own copy of this file)
+to the same rounds, for a before/after under the same load.
 
 Writes a table to bench/results/bridge.md (with date and machine).
 """
@@ -24,6 +26,7 @@ import contextlib
 import logging
 import os
 import platform
+import resource
 import socket
 import subprocess
 import threading
@@ -32,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -47,6 +51,7 @@ from gateway.bridge.audit import AuditWriter  # noqa: E402
 from gateway.bridge.audit_args import reduce_args  # noqa: E402
 from gateway.bridge.config import BridgeConfig  # noqa: E402
 from gateway.bridge.records import AuditRecord  # noqa: E402
+from bench.loadkit import cpu_seconds  # noqa: E402
 from gateway.bridge.store_sqlite import SqliteStore  # noqa: E402
 from tests.support import bridge_servers, canary  # noqa: E402
 from tests.support.bridge_servers import CallLog, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node, tool_server  # noqa: E402
@@ -85,9 +90,17 @@ class FailingStore(SqliteStore):
         raise OSError("disk on fire")
 
 
+@dataclass(frozen=True)
+class Served:
+    """A server subprocess: its base URL and its pid (to read its CPU time)."""
+
+    url: str
+    pid: int
+
+
 @contextlib.contextmanager
-def tool_process(delay: float, *, handshake_only: bool = False) -> Iterator[str]:
-    """The tool server in its own process (its CPU off the Bridge's GIL); yields its base URL. With
+def tool_process(delay: float, *, handshake_only: bool = False) -> Iterator[Served]:
+    """The tool server in its own process (its CPU off the Bridge's GIL); yields it. With
     `handshake_only` it refuses the 2026-07-28 generation, so clients open 2025-11-25 sessions (like
     most public servers today)."""
     proc = subprocess.Popen(
@@ -97,22 +110,24 @@ def tool_process(delay: float, *, handshake_only: bool = False) -> Iterator[str]
     )
     try:
         assert proc.stdout is not None
-        yield proc.stdout.readline().strip()
+        yield Served(proc.stdout.readline().strip(), proc.pid)
     finally:
         proc.terminate()
         proc.wait(10)
 
 
 @contextlib.contextmanager
-def bridge_process(tools_url: str) -> Iterator[str]:
-    """The Bridge (one connection `tools`, caller alice) in its own process, as deployed; yields its base URL."""
+def bridge_process(tools_url: str, checkout: Path | None = None) -> Iterator[Served]:
+    """The Bridge (one connection `tools`, caller alice) in its own process, as deployed; yields it.
+    With `checkout`, the Bridge of that copy of the code (its own bench/bridge_bench.py serves it)."""
+    script = checkout / "bench" / "bridge_bench.py" if checkout is not None else Path(__file__)
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--bridge-server", tools_url], stdout=subprocess.PIPE, text=True,
+        [sys.executable, str(script), "--bridge-server", tools_url], stdout=subprocess.PIPE, text=True,
         stderr=subprocess.DEVNULL, env={**os.environ, "BENCH_ALICE_KEY": canary.ALICE_KEY},
     )
     try:
         assert proc.stdout is not None
-        yield proc.stdout.readline().strip()
+        yield Served(proc.stdout.readline().strip(), proc.pid)
     finally:
         proc.terminate()
         proc.wait(10)
@@ -232,7 +247,8 @@ def config(tools_url: str, database: str) -> BridgeConfig:
 
 async def pipeline_rows(repeat: int) -> list[str]:
     rows = []
-    with tool_process(DELAY) as tools_url, tempfile.TemporaryDirectory() as tmp:
+    with tool_process(DELAY) as tools, tempfile.TemporaryDirectory() as tmp:
+        tools_url = tools.url
         med, p90 = ms(await direct_open_session(f"{tools_url}/mcp", repeat))
         rows.append(f"| baseline: 1 direct call on an open session (no Bridge) | 1 | {med:.1f} | {p90:.1f} | {med - DELAY * 1000:+.1f} |")
         for n in SIZES[1:]:
@@ -255,7 +271,8 @@ async def pipeline_rows(repeat: int) -> list[str]:
 async def audit_rows(calls: int) -> list[str]:
     """Two Bridges, audit on and audit dropped, called alternately so drift hits both alike."""
     rows = []
-    with tool_process(0) as tools_url, tempfile.TemporaryDirectory() as tmp:
+    with tool_process(0) as tools, tempfile.TemporaryDirectory() as tmp:
+        tools_url = tools.url
         on = bridge_app(config(tools_url, "on.db"), Path(tmp))
         off = bridge_app(config(tools_url, "off.db"), Path(tmp), store=DroppingStore(Path(tmp) / "drop.db"))
         broken = bridge_app(config(tools_url, "broken.db"), Path(tmp), store=FailingStore(Path(tmp) / "fail.db"))
@@ -299,18 +316,42 @@ async def audit_rows(calls: int) -> list[str]:
 CONCURRENCY = (1, 10)
 
 
-async def side_by_side(tools_url: str, bridge_url: str, concurrency: int, rounds: int, per_round: int) -> dict[str, list[float]]:
-    """Per-call latencies of `echo`: C direct clients vs C clients of the Bridge, rounds alternating."""
-    samples: dict[str, list[float]] = {"direct": [], "federated": []}
+@dataclass
+class Side:
+    """One side of the comparison: per-call latencies, and the CPU seconds each process spent on them."""
+
+    samples: list[float] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=lambda: {"clients": 0.0, "Bridge": 0.0, "tool server": 0.0})
+
+    def cpu_ms_per_call(self, who: str) -> float:
+        return self.cpu[who] / len(self.samples) * 1000
+
+
+def own_cpu_seconds() -> float:
+    """CPU time of this process (the clients), all threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def side_by_side(
+    tools: Served, bridges: dict[str, Served], concurrency: int, rounds: int, per_round: int
+) -> dict[str, Side]:
+    """`echo` by C direct clients vs C clients of each Bridge (all caller alice, so a Bridge's calls
+    share alice's one upstream session), rounds alternating; each process's CPU time per side (the
+    Bridge column of the direct side: the first Bridge, idle)."""
+    names = ["direct", *bridges]
+    sides = {name: Side() for name in names}
+    bridge_of = {"direct": next(iter(bridges.values())), **bridges}
     async with contextlib.AsyncExitStack() as stack:
         direct_http = await stack.enter_async_context(httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)))
-        sides: dict[str, list[tuple[Client, str]]] = {"direct": [], "federated": []}
+        clients: dict[str, list[tuple[Client, str]]] = {name: [] for name in names}
         for _ in range(concurrency):
-            client = Client(streamable_http_client(f"{tools_url}/mcp", http_client=direct_http))
-            sides["direct"].append((await stack.enter_async_context(client), "echo"))
-            http = await stack.enter_async_context(mcp_http("alice-key"))
-            client = Client(streamable_http_client(f"{bridge_url}/mcp", http_client=http))
-            sides["federated"].append((await stack.enter_async_context(client), "tools__echo"))
+            client = Client(streamable_http_client(f"{tools.url}/mcp", http_client=direct_http))
+            clients["direct"].append((await stack.enter_async_context(client), "echo"))
+            for name, bridge in bridges.items():
+                http = await stack.enter_async_context(mcp_http("alice-key"))
+                client = Client(streamable_http_client(f"{bridge.url}/mcp", http_client=http))
+                clients[name].append((await stack.enter_async_context(client), "tools__echo"))
 
         async def caller(client: Client, tool: str, out: list[float], n: int) -> None:
             for _ in range(n):
@@ -319,29 +360,41 @@ async def side_by_side(tools_url: str, bridge_url: str, concurrency: int, rounds
                 out.append(time.perf_counter() - started)
                 assert not result.is_error, result
 
-        for pairs in sides.values():  # warm-up: listings, upstream sessions
+        def cpu_now(bridge: Served) -> dict[str, float]:
+            return {"clients": own_cpu_seconds(), "Bridge": cpu_seconds(bridge.pid), "tool server": cpu_seconds(tools.pid)}
+
+        for pairs in clients.values():  # warm-up: listings, upstream sessions
             await asyncio.gather(*(caller(c, t, [], 2) for c, t in pairs))
         for _ in range(rounds):
-            for side, pairs in sides.items():
-                await asyncio.gather(*(caller(c, t, samples[side], per_round) for c, t in pairs))
-    return samples
+            for name, pairs in clients.items():
+                side, before = sides[name], cpu_now(bridge_of[name])
+                await asyncio.gather(*(caller(c, t, side.samples, per_round) for c, t in pairs))
+                for who, spent in cpu_now(bridge_of[name]).items():
+                    side.cpu[who] += spent - before[who]
+    return sides
 
 
-async def federated_rows(rounds: int, per_round: int = 20) -> list[str]:
-    """Direct vs federated `echo`, for a handshake-only and a stateless tool server, at each concurrency."""
+async def federated_rows(rounds: int, per_round: int = 20, baseline: Path | None = None) -> list[str]:
+    """Direct vs federated `echo`, for a handshake-only and a stateless tool server, at each
+    concurrency; with `baseline` (another checkout), its Bridge too, in the same rounds."""
     rows = []
     for generation, handshake_only in (("2025-11-25 sessions", True), ("stateless 2026-07-28", False)):
-        with tool_process(0, handshake_only=handshake_only) as tools_url, bridge_process(tools_url) as bridge_url:
+        with contextlib.ExitStack() as stack:
+            tools = stack.enter_context(tool_process(0, handshake_only=handshake_only))
+            bridges = {"federated through /mcp": stack.enter_context(bridge_process(tools.url))}
+            if baseline is not None:
+                bridges[f"federated through /mcp, {baseline.name}"] = stack.enter_context(bridge_process(tools.url, baseline))
             for concurrency in CONCURRENCY:
-                samples = await side_by_side(tools_url, bridge_url, concurrency, rounds, per_round)
-                direct_p50, direct_p90 = ms(samples["direct"])
-                fed_p50, fed_p90 = ms(samples["federated"])
-                count = len(samples["direct"])
-                rows.append(f"| {generation}: direct, open session | {concurrency} | {count} | {direct_p50:.2f} | {direct_p90:.2f} | — |")
-                rows.append(
-                    f"| {generation}: federated through /mcp | {concurrency} | {count} "
-                    f"| {fed_p50:.2f} | {fed_p90:.2f} | {fed_p50 - direct_p50:+.2f} |"
-                )
+                sides = await side_by_side(tools, bridges, concurrency, rounds, per_round)
+                direct_p50, _ = ms(sides["direct"].samples)
+                for name, side in sides.items():
+                    p50, p90 = ms(side.samples)
+                    what = "direct, open session" if name == "direct" else name
+                    added = "—" if name == "direct" else f"{p50 - direct_p50:+.2f}"
+                    cpu = " | ".join(f"{side.cpu_ms_per_call(who):.2f}" for who in ("clients", "Bridge", "tool server"))
+                    rows.append(
+                        f"| {generation}: {what} | {concurrency} | {len(side.samples)} | {p50:.2f} | {p90:.2f} | {added} | {cpu} |"
+                    )
     return rows
 
 
@@ -351,7 +404,7 @@ def header() -> list[str]:
     return [
         f"Measured {when} on {machine}, {os.cpu_count()} CPUs (shared with other work); everything on loopback",
         "(the Bridge in its own process under uvicorn's defaults — uvloop, httptools — as `toolgate serve` runs it;",
-        "the tool server in another; the clients in the benchmark process). Command: `python bench/bridge_bench.py --only federated`.",
+        f"the tool server in another; the clients in the benchmark process). Command: `python bench/bridge_bench.py {' '.join(sys.argv[1:])}`.",
     ]
 
 
@@ -359,8 +412,10 @@ def federated_section(rows: list[str]) -> list[str]:
     return [
         "## Federated call vs direct call (F15)", "",
         "`echo` (no delay) on the tool server; each of C clients calls one after another, all C at once;",
-        "direct and federated rounds alternate so drift hits both alike. Target: ≤ 3 ms added at p50.", "",
-        "| what | C | calls | p50 ms | p90 ms | added at p50 ms |", "|---|---|---|---|---|---|", *rows, "",
+        "direct and federated rounds alternate so drift hits both alike. Target: ≤ 3 ms added at p50.",
+        "CPU: user + system time of each process over its side's rounds, per call (the clients: this process).", "",
+        "| what | C | calls | p50 ms | p90 ms | added at p50 ms | CPU ms/call: clients | Bridge | tool server |",
+        "|---|---|---|---|---|---|---|---|---|", *rows, "",
     ]
 
 
@@ -406,6 +461,10 @@ if __name__ == "__main__":
     parser.add_argument("--only", choices=["federated"], default=None, help="run one section")
     parser.add_argument("--bridge-server", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--handshake-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--baseline", type=Path, default=None,
+        help="with --only federated: also the Bridge of this other checkout (e.g. `git worktree add ../base main`), same rounds",
+    )
     ns = parser.parse_args()
     if ns.tool_server is not None:
         run_tool_server(ns.tool_server, ns.handshake_only)
@@ -417,7 +476,7 @@ if __name__ == "__main__":
     for noisy in ("httpx2", "mcp", "uvicorn"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if ns.only == "federated":
-        rows = asyncio.run(federated_rows(max(ns.repeat // 3, 3)))
+        rows = asyncio.run(federated_rows(max(ns.repeat // 3, 3), baseline=ns.baseline))
         report = "\n".join(["# Bridge benchmark: federated calls", "", *header(), "", *federated_section(rows)])
         ns.out = str(Path(ns.out).with_name("bridge_federated.md"))
     else:

@@ -242,6 +242,7 @@ class BridgeApi:
             raise Conflict(f"tool names could collide: {'; '.join(clashes)}")
         record = ConnectionRecord(decl.id, decl.owner, decl.endpoint, header, sealed, source="api", prefix=decl.prefix)
         await self._store.upsert_connection(record)
+        self._upstreams.forget(record.id)  # callers' cached connection lists now lack it (federation.py)
         args = {"owner": record.owner, **({"credential": "written"} if header is not None else {})}
         self._record(change_record(caller, "connection.create", record.id, args, started))
         return JSONResponse(record.public(), status_code=201)

@@ -99,10 +99,10 @@ def build_server(handlers: BridgeHandlers, offerings: Offerings) -> Server[Any]:
         return await offerings.set_level(caller(ctx), params.level)
 
     async def on_subscribe_resource(ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams) -> types.EmptyResult:
-        return await offerings.subscribe(caller(ctx), str(params.uri), True)
+        return await offerings.subscribe(caller(ctx), str(params.uri), True, ctx)
 
     async def on_unsubscribe_resource(ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams) -> types.EmptyResult:
-        return await offerings.subscribe(caller(ctx), str(params.uri), False)
+        return await offerings.subscribe(caller(ctx), str(params.uri), False, ctx)
 
     with warnings.catch_warnings():  # logging and subscriptions are deprecated as of 2026-07-28, still relayed before
         warnings.simplefilter("ignore")
@@ -231,6 +231,11 @@ class McpEndpoint:
                 self._sessions.prune(alive)
             for old in evicted:  # the caller's own least recently used sessions, beyond its cap
                 await _close_session(manager, old)
+
+    def session_alive(self, session_id: str) -> bool:
+        """Does the caller's Bridge session still exist (not deleted, evicted or expired)?"""
+        manager = self.manager
+        return manager is not None and _alive_in(manager)(session_id)
 
     async def _caller(self, identity: Identity, bridge_id: str | None) -> CallerScope:
         owners = owners_of(identity)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,6 +21,12 @@ from gateway.identity import Identity
 log = logging.getLogger("toolgate.bridge.federation")
 
 ANONYMOUS_OWNER = "anonymous"
+
+CONNECTIONS_TTL_SECONDS = 1.0
+"""How long the connections of a set of owners are reused without asking the store again. A
+change made through this process is seen at once (`Upstreams.changes`); one made through another
+replica sharing the store, within this long. A name that resolves to nothing is looked up afresh."""
+MAX_CACHED_OWNER_SETS = 10_000
 
 
 def owners_of(identity: Identity) -> tuple[str, ...]:
@@ -99,11 +106,34 @@ class Federation:
         self._store = store
         self._upstreams = upstreams
         self._api_endpoint_allowed = api_endpoint_allowed
+        self._owned: dict[tuple[str, ...], tuple[float, int, list[ConnectionRecord]]] = {}
+        """Connections by owner set: (when listed, `Upstreams.changes` then, the records)."""
 
-    async def connections(self, scope: CallerScope) -> list[ConnectionRecord]:
+    async def _owned_by(self, owners: tuple[str, ...], fresh: bool) -> tuple[list[ConnectionRecord], bool]:
+        """The connections of `owners` and whether they came from the cache (a store query per
+        federated call cost a thread hop, or a database round trip, on the call's path)."""
+        now, changes = time.monotonic(), self._upstreams.changes
+        kept = self._owned.get(owners)
+        if not fresh and kept is not None and kept[1] == changes and now - kept[0] < CONNECTIONS_TTL_SECONDS:
+            return kept[2], True
+        records = await self._store.list_connections(owners)
+        if len(self._owned) >= MAX_CACHED_OWNER_SETS:
+            self._owned.clear()
+        self._owned[owners] = (now, changes, records)
+        return records, False
+
+    async def connections(self, scope: CallerScope, *, fresh: bool = False) -> list[ConnectionRecord]:
         """The caller's connections; for a bridge, those of its connections the caller owns. A
-        connection made through the REST API whose endpoint the allow-list no longer admits is left out."""
-        visible = [c for c in await self._store.list_connections(scope.owners) if self._admitted(c)]
+        connection made through the REST API whose endpoint the allow-list no longer admits is left out.
+        `fresh`: asked of the store now, not reused (CONNECTIONS_TTL_SECONDS)."""
+        return (await self._connections(scope, fresh))[0]
+
+    async def _connections(self, scope: CallerScope, fresh: bool) -> tuple[list[ConnectionRecord], bool]:
+        owned, cached = await self._owned_by(scope.owners, fresh)
+        return self._in_scope(scope, owned), cached
+
+    def _in_scope(self, scope: CallerScope, owned: list[ConnectionRecord]) -> list[ConnectionRecord]:
+        visible = [c for c in owned if self._admitted(c)]
         if scope.bridge is None:
             return visible
         by_id = {c.id: c for c in visible}
@@ -148,11 +178,16 @@ class Federation:
 
     async def resolve(self, scope: CallerScope, name: str) -> ResolvedTool | None:
         """The connection and upstream tool behind federated `name`, or None when the scope has none
-        (or when two connections would both answer to it)."""
-        candidates = [
-            c for c in await self.connections(scope)
-            if not c.name_prefix or name.startswith(c.name_prefix + SEPARATOR)
-        ]
+        (or when two connections would both answer to it). A name no connection of a reused list
+        answers to is resolved again on the store's list (a connection just made elsewhere)."""
+        connections, cached = await self._connections(scope, fresh=False)
+        resolved = await self._resolve_in(connections, name)
+        if resolved is None and cached:
+            resolved = await self._resolve_in(await self.connections(scope, fresh=True), name)
+        return resolved
+
+    async def _resolve_in(self, connections: list[ConnectionRecord], name: str) -> ResolvedTool | None:
+        candidates = [c for c in connections if not c.name_prefix or name.startswith(c.name_prefix + SEPARATOR)]
         listed = await asyncio.gather(*(self._upstreams.list_tools(c) for c in candidates), return_exceptions=True)
         found: list[ResolvedTool] = []
         failed: list[BaseException] = []

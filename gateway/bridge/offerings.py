@@ -254,8 +254,11 @@ class Offerings:
         await asyncio.gather(*(self._run(scope, c, set_level, "set the log level") for c in logging_conns))
         return types.EmptyResult()
 
-    async def subscribe(self, scope: CallerScope, uri: str, on: bool) -> types.EmptyResult:
-        """`resources/subscribe` (or unsubscribe) on the caller's session of the connection behind `uri`."""
+    async def subscribe(self, scope: CallerScope, uri: str, on: bool, downstream: Downstream | None = None) -> types.EmptyResult:
+        """`resources/subscribe` (or unsubscribe) on the caller's session of the connection behind
+        `uri`; the connection's `notifications/resources/updated` for it then reach the caller's
+        Bridge session that subscribed (relay.py). An unsubscription reaches the connection once no
+        other Bridge session of the caller is subscribed to the resource."""
         conn = await self.owner_of(scope, uri)
         if conn is None:
             raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}")
@@ -265,7 +268,13 @@ class Offerings:
                 warnings.simplefilter("ignore")
                 return await (client.subscribe_resource(uri) if on else client.unsubscribe_resource(uri))
 
-        await self._run(scope, conn, subscription, "subscribe" if on else "unsubscribe")
+        what = "subscribe" if on else "unsubscribe"
+        if on:
+            await self._run(scope, conn, subscription, what, downstream)
+            if downstream is not None:
+                self._upstreams.subscription(scope.session_key, conn, downstream, uri, on=True)
+        elif downstream is None or self._upstreams.subscription(scope.session_key, conn, downstream, uri, on=False):
+            await self._run(scope, conn, subscription, what, downstream)
         return types.EmptyResult()
 
     async def _run(

@@ -16,7 +16,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import mcp_types as types
@@ -34,6 +35,17 @@ RELAY_TIMEOUT_SECONDS = 300.0
 
 Downstream = ServerRequestContext[Any, Any]
 
+MAX_SESSIONS = 256
+"""Bridge sessions a relay remembers (a caller holds at most `sessionsPerCaller` open at once)."""
+LIST_CHANGED = (types.ToolListChangedNotification, types.ResourceListChangedNotification, types.PromptListChangedNotification)
+
+
+def session_id_of(ctx: Downstream) -> str | None:
+    """The caller's `Mcp-Session-Id` on the Bridge (None for a stateless request)."""
+    request = ctx.request
+    headers = getattr(request, "headers", None)
+    return headers.get("mcp-session-id") if headers is not None else None
+
 
 def _declared(ctx: Downstream, capability: types.ClientCapabilities) -> bool:
     try:
@@ -45,9 +57,86 @@ def _declared(ctx: Downstream, capability: types.ClientCapabilities) -> bool:
 class Relay:
     """Routes what one upstream session sends to the caller's request in flight on it."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(
+        self, label: str, on_list_changed: Callable[[], None] | None = None, alive: Callable[[str], bool] | None = None
+    ) -> None:
+        """`alive(session_id)`: does a Bridge session still exist (what ended is forgotten)."""
         self.label = label
         self._serving: list[Downstream] = []
+        self._on_list_changed = on_list_changed
+        self._alive = alive if alive is not None else (lambda session_id: True)
+        self._sessions: OrderedDict[str, Any] = OrderedDict()
+        """The caller's Bridge sessions that used the upstream session: id -> their `ServerSession`."""
+        self._subscribed: dict[str, set[str]] = {}
+        """Resource URI -> ids of the caller's Bridge sessions subscribed to it."""
+
+    @property
+    def subscriptions(self) -> list[str]:
+        """URIs some Bridge session of the caller is subscribed to (the upstream session must stay)."""
+        return list(self._subscribed)
+
+    def attach(self, ctx: Downstream | None) -> None:
+        """Remember the Bridge session behind `ctx` (what is sent outside a call goes to it)."""
+        session_id = session_id_of(ctx) if ctx is not None else None
+        if ctx is None or session_id is None:
+            return
+        if session_id not in self._sessions:
+            self.prune()
+        self._sessions[session_id] = ctx.session
+        self._sessions.move_to_end(session_id)
+        while len(self._sessions) > MAX_SESSIONS:
+            self._drop(next(iter(self._sessions)))
+
+    def subscribe(self, ctx: Downstream, uri: str, on: bool) -> bool:
+        """Note a Bridge session's (un)subscription; True when the connection must be told (an
+        unsubscription only once no other session of the caller wants the resource)."""
+        self.attach(ctx)
+        session_id = session_id_of(ctx)
+        if session_id is None:
+            return True
+        if on:
+            self._subscribed.setdefault(uri, set()).add(session_id)
+            return True
+        subscribers = self._subscribed.get(uri, set())
+        subscribers.discard(session_id)
+        if subscribers:
+            return False
+        self._subscribed.pop(uri, None)
+        return True
+
+    def prune(self) -> None:
+        """Forget the Bridge sessions that ended (deleted by their client, evicted, expired), and
+        their subscriptions."""
+        for session_id in [s for s in self._sessions if not self._alive(s)]:
+            self._drop(session_id)
+
+    def _drop(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+        for uri in [u for u, ids in self._subscribed.items() if session_id in ids]:
+            self._subscribed[uri].discard(session_id)
+            if not self._subscribed[uri]:
+                del self._subscribed[uri]
+
+    async def _notified(self, message: Any) -> None:
+        """A notification the connection sent on the upstream session (outside progress and logs)."""
+        if isinstance(message, types.ResourceUpdatedNotification):
+            targets = self._subscribed.get(str(message.params.uri), set())
+        elif isinstance(message, LIST_CHANGED):
+            if self._on_list_changed is not None:
+                self._on_list_changed()
+            self.prune()
+            targets = set(self._sessions)
+        else:
+            return  # progress and logs come through their callbacks; transport errors end the session
+        for session_id in list(targets):
+            session = self._sessions.get(session_id)
+            if session is None:
+                continue
+            try:
+                await session.send_notification(message)
+            except Exception as exc:  # the caller's session is gone: forget it and its subscriptions
+                log.info("relay %s: a Bridge session is gone (%s); forgotten", self.label, type(exc).__name__)
+                self._drop(session_id)
 
     @contextlib.contextmanager
     def serving(self, ctx: Downstream | None) -> Iterator[None]:
@@ -55,6 +144,7 @@ class Relay:
         if ctx is None:
             yield
             return
+        self.attach(ctx)
         self._serving.append(ctx)
         try:
             yield
@@ -72,6 +162,7 @@ class Relay:
             "elicitation_callback": self._elicitation,
             "list_roots_callback": self._roots,
             "logging_callback": self._log,
+            "message_handler": self._notified,
         }
 
     @staticmethod

@@ -81,6 +81,7 @@ class BridgeService:
         )
         self.offerings = Offerings(federation, self.upstreams, ttl=config.toolListTtlSeconds, secrets=secrets, gate=gate)
         self._endpoint = McpEndpoint(self.store, authenticate, self.offerings, scrub=secrets.scrub, limits=config.limits)
+        self.upstreams.downstream_alive = self._endpoint.session_alive  # subscriptions end with their Bridge session
         self._api = BridgeApi(
             self.store, self.upstreams, api_authenticate, config.api_endpoint_allowed, scrub=secrets.scrub,
             limits=config.limits, audit=self.audit, egress=egress, sealer=sealer,

@@ -13,10 +13,12 @@ cancels the Bridge's handler.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+import warnings
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -135,6 +137,13 @@ class Upstreams:
         self._closing: set[asyncio.Task[None]] = set()
         self._relays: weakref.WeakValueDictionary[tuple[str, str], Relay] = weakref.WeakValueDictionary()
         """Per pooled session (connection, caller): alive while its session's client holds it."""
+        self._subscribing: dict[tuple[str, str], Relay] = {}
+        """Relays with resource subscriptions: kept, and their sessions kept open while idle."""
+        self.downstream_alive: Callable[[str], bool] = lambda session_id: True
+        """Does a caller's Bridge session still exist (set by the service: the endpoint knows)."""
+        self.changes = 0
+        """How many times a connection was made, changed or deleted here (`forget`): what is kept
+        about which connections exist (federation.py) is stale once this moves."""
 
     async def close(self) -> None:
         """Close every pooled session (DELETE), wait for background closes, close the HTTP clients."""
@@ -145,7 +154,8 @@ class Upstreams:
         await self.clients.close()
 
     def forget(self, connection_id: str) -> None:
-        """Drop what is known about a connection (after it changed or was deleted); its sessions close."""
+        """Drop what is known about a connection (after it was made, changed or deleted); its sessions close."""
+        self.changes += 1
         self._catalogs.pop(connection_id, None)
         self._needs_listing.pop(connection_id, None)
         known = self._targets.pop(connection_id, None)
@@ -243,18 +253,70 @@ class Upstreams:
     def _relay(self, connection_id: str, caller: str) -> Relay:
         relay = self._relays.get((connection_id, caller))
         if relay is None:
-            relay = Relay(connection_id)
+            relay = Relay(
+                connection_id, on_list_changed=lambda: self._catalogs.pop(connection_id, None),
+                alive=lambda session_id: self.downstream_alive(session_id),
+            )
             self._relays[(connection_id, caller)] = relay
         return relay
 
+    def subscription(self, caller: str, conn: ConnectionRecord, downstream: Downstream, uri: str, on: bool) -> bool:
+        """Note that the caller's Bridge session behind `downstream` (un)subscribed to `uri` of
+        `conn`; True when the connection must be told. While any subscription lasts, the caller's
+        session of the connection is kept open (idle or not), and a replacement session (B16)
+        subscribes again."""
+        key = (conn.id, caller)
+        relay = self._relay(*key)
+        tell = relay.subscribe(downstream, uri, on)
+        if relay.subscriptions:
+            self._subscribing[key] = relay
+        else:
+            self._subscribing.pop(key, None)
+        return tell
+
     def _caller_factory(self, connection_id: str, target: McpTarget) -> Callable[[str], ClientFactory]:
-        """Sessions of one caller's slot declare the relay's callbacks (the connection's requests go to that caller)."""
+        """Sessions of one caller's slot declare the relay's callbacks (the connection's requests go
+        to that caller); a session opened while the caller holds subscriptions renews them."""
 
         def factory_for(slot: str) -> ClientFactory:
             relay = self._relay(connection_id, SessionPool.slot_key(slot) or slot)
-            return self.clients.factory(target, relay.options)
+            opened = self.clients.factory(target, relay.options)
+            uris = relay.subscriptions
+            if not uris:
+                return opened
+
+            @contextlib.asynccontextmanager
+            async def resubscribed() -> AsyncIterator[mcp.Client]:
+                async with opened() as client:
+                    for uri in uris:
+                        try:
+                            with warnings.catch_warnings():
+                                warnings.simplefilter("ignore")  # subscriptions: deprecated as of 2026-07-28
+                                await client.subscribe_resource(uri)
+                        except Exception as exc:  # the server refuses it now: the caller sees no updates for it
+                            log.info("connection %s: resubscribing a resource failed: %s", connection_id, describe(exc))
+                    yield client
+
+            return resubscribed
 
         return factory_for
+
+    def _kept_open(self, connection_id: str) -> Callable[[str], bool]:
+        """Whether a slot's session stays open while idle: while a live Bridge session of its caller
+        is subscribed to something (an ended one's subscriptions end with it)."""
+
+        def keep(slot: str) -> bool:
+            key = (connection_id, SessionPool.slot_key(slot) or slot)
+            relay = self._subscribing.get(key)
+            if relay is None:
+                return False
+            relay.prune()
+            if relay.subscriptions:
+                return True
+            del self._subscribing[key]
+            return False
+
+        return keep
 
     def _pool(self, connection_id: str, target: McpTarget) -> SessionPool:
         pooled = self._pools.get(connection_id)
@@ -265,6 +327,7 @@ class Upstreams:
         pool = SessionPool(
             self.clients.factory(target), server=connection_id, timeout=self.timeout, idle_seconds=self._idle,
             metrics=self._metrics, factory_for=self._caller_factory(connection_id, target),
+            keep=self._kept_open(connection_id),
         )
         pool.start()
         self._pools[connection_id] = (target, pool)

@@ -40,10 +40,13 @@ class SessionPool:
         idle_seconds: float,
         metrics: PoolMetrics,
         factory_for: Callable[[str], ClientFactory] | None = None,
+        keep: Callable[[str], bool] | None = None,
     ) -> None:
-        """`factory_for(slot)`, when given, makes each slot's sessions (per-slot callbacks); else `factory`."""
+        """`factory_for(slot)`, when given, makes each slot's sessions (per-slot callbacks); else
+        `factory`. A slot for which `keep(slot)` holds is not closed when idle (it has subscriptions)."""
         self._factory = factory
         self._factory_for = factory_for
+        self._keep = keep
         self._server = server
         self._timeout = timeout
         self._idle = idle_seconds
@@ -152,7 +155,11 @@ class SessionPool:
     def expired(self) -> list[tuple[str, McpConnection]]:
         """Sessions idle for `sessionIdleSeconds` with no call in flight."""
         now = time.monotonic()
-        return [(slot, c) for slot, c in self._sessions.items() if c.active == 0 and now - c.last_used >= self._idle]
+        return [(slot, c) for slot, c in self._sessions.items() if not self._busy(slot, c) and now - c.last_used >= self._idle]
+
+    def _busy(self, slot: str, connection: McpConnection) -> bool:
+        """A call in flight, or kept open by its owner (`keep`)."""
+        return connection.active > 0 or (self._keep is not None and self._keep(slot))
 
     async def reap(self) -> int:
         """Close every expired session now; returns how many were closed."""
@@ -167,8 +174,8 @@ class SessionPool:
         if not self._sessions:
             return None
         now = time.monotonic()
-        # A session with a call in flight is looked at again one lifetime from now.
-        return min((c.last_used if c.active == 0 else now) for c in self._sessions.values()) + self._idle - now
+        # A session with a call in flight (or kept open) is looked at again one lifetime from now.
+        return min((now if self._busy(s, c) else c.last_used) for s, c in self._sessions.items()) + self._idle - now
 
     def _schedule(self) -> None:
         """(Re)arm the timer for the earliest possible expiry; none while the pool is empty."""

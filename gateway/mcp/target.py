@@ -31,6 +31,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.egress import DestinationRefused, EgressPolicy
 from gateway.mcp.errors import SESSION_ENDED
+from gateway.mcp.reuse import keep_connections
 
 PYTHON_NAMES = frozenset({"python", "python3"})
 
@@ -124,14 +125,17 @@ async def _watch_response(response: httpx2.Response) -> None:
 
 def mcp_http_client(headers: dict[str, str] | None = None, egress: EgressPolicy | None = None) -> httpx2.AsyncClient:
     """An `httpx2` client for MCP servers: long reads (event streams), no connection cap, the session
-    watch; with `egress`, on its guarded transport (no proxy from the environment either)."""
+    watch, connections kept after a streamed answer (reuse.py); with `egress`, on its guarded
+    transport (no proxy from the environment either)."""
     guarded: dict[str, Any] = {"transport": egress.transport(MCP_LIMITS), "trust_env": False} if egress is not None else {}
-    return httpx2.AsyncClient(
-        headers=headers or {},
-        timeout=httpx2.Timeout(30, read=300),
-        limits=MCP_LIMITS,
-        event_hooks={"response": [_watch_response]},
-        **guarded,
+    return keep_connections(
+        httpx2.AsyncClient(
+            headers=headers or {},
+            timeout=httpx2.Timeout(30, read=300),
+            limits=MCP_LIMITS,
+            event_hooks={"response": [_watch_response]},
+            **guarded,
+        )
     )
 
 

@@ -1,8 +1,11 @@
 """The Bridge's upstream sessions (F15): reused per caller, never shared, closed when idle; the
-discovery result cached; connection name prefixes, the empty one included."""
+discovery result cached; connection name prefixes, the empty one included; TCP connections and
+the caller's connection list reused between calls."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +15,11 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import ValidationError
 
 from gateway.bridge.config import BridgeConfig
+from gateway.bridge.federation import CallerScope, Federation
 from gateway.bridge.records import ConnectionRecord
+from gateway.bridge.store_sqlite import SqliteStore
 from gateway.bridge.upstream import Upstreams
+from gateway.identity import Identity
 from gateway.secrets import SecretSet
 from tests.support.bridge_servers import bridge_app, edge, graph, mcp_http, node, pipeline, tool_node
 from tests.support.http_server import serve
@@ -24,23 +30,44 @@ def texts(result: Any) -> str:
     return str(result.content[0].text)
 
 
+@contextlib.asynccontextmanager
+async def upstreams_over(server_url: str, tmp_path: Path, connection_id: str, owner: str) -> AsyncIterator[tuple[Upstreams, ConnectionRecord]]:
+    """The Bridge's client side with one connection to the server at `server_url`; closed after."""
+    upstreams = Upstreams(base_dir=tmp_path, secrets=SecretSet(), list_ttl=30)
+    try:
+        yield upstreams, ConnectionRecord(connection_id, owner, f"{server_url}/mcp", source="config")
+    finally:
+        await upstreams.close()
+
+
 async def test_a_callers_federated_calls_share_one_upstream_session_that_no_other_caller_uses(tmp_path: Path) -> None:
     # R: F15
     state = McpServerState()
     with serve(http_app(state, legacy_only=True)) as server:
-        upstreams = Upstreams(base_dir=tmp_path, secrets=SecretSet(), list_ttl=30)
-        conn = ConnectionRecord("shared", "org:acme", f"{server.url}/mcp", source="config")
-        try:
+        async with upstreams_over(server.url, tmp_path, "shared", "org:acme") as (upstreams, conn):
             alice = [texts(await upstreams.call_tool_as("alice", conn, "count", {})) for _ in range(3)]
             bob = texts(await upstreams.call_tool_as("bob", conn, "count", {}))
             open_now = upstreams.sessions_open("shared")
-        finally:
-            await upstreams.close()
     alice_session = alice[0].split()[1]
     assert alice == [f"session {alice_session} call {n}" for n in (1, 2, 3)], "one session for all of alice's calls"
     assert bob.startswith("session ") and bob.endswith(" call 1") and alice_session not in bob, "bob has his own"
     assert open_now == 2 and len(state.opened) == 2
     assert sorted(state.deleted) == sorted(state.opened), "closing the Bridge closes (DELETE) every session"
+
+
+@pytest.mark.parametrize("legacy_only", [True, False], ids=["2025-11-25 session", "2026-07-28 stateless"])
+async def test_a_callers_calls_reuse_one_tcp_connection_although_the_answers_are_streamed(tmp_path: Path, legacy_only: bool) -> None:
+    # R: F15
+    # The SDK closes an answer's event stream before the server's end of it; unless the rest is
+    # read, that connection cannot be reused and each call costs a new TCP connection.
+    state = McpServerState()
+    with serve(http_app(state, legacy_only=legacy_only)) as server:
+        async with upstreams_over(server.url, tmp_path, "tools", "alice") as (upstreams, conn):
+            answers = [texts(await upstreams.call_tool_as("alice", conn, "count", {})) for _ in range(6)]
+    assert answers[-1].endswith(" call 6")
+    assert sum(state.peers.values()) >= 6, "every call was a POST"
+    # One connection, or two when a POST overlapped the opening of the session's event stream (GET).
+    assert len(state.peers) <= 2, f"POSTs came over {len(state.peers)} TCP connections: {dict(state.peers)}"
 
 
 async def test_through_the_endpoint_each_caller_keeps_one_session_and_an_idle_one_is_closed(tmp_path: Path) -> None:
@@ -181,3 +208,44 @@ async def test_with_auth_off_two_clients_sessions_never_share_an_upstream_sessio
     (a1, a2), (b1, b2) = seen
     assert a1.split()[1] == a2.split()[1] and a2.endswith(" call 2"), "one client's calls share its upstream session"
     assert b1.endswith(" call 1") and b1.split()[1] != a1.split()[1], "the next client gets its own"
+
+
+class CountingStore(SqliteStore):
+    """The real store, counting the connection listings asked of it."""
+
+    listings = 0
+
+    async def list_connections(self, owners: Sequence[str]) -> list[ConnectionRecord]:
+        self.listings += 1
+        return await super().list_connections(owners)
+
+
+async def test_a_callers_connection_list_is_reused_between_calls_and_changes_are_seen_at_once(tmp_path: Path) -> None:
+    # R: F1, F3, S2
+    state = McpServerState()
+    with serve(http_app(state)) as server:
+        store = CountingStore(tmp_path / "f.db")
+        await store.open()
+        upstreams = Upstreams(base_dir=tmp_path, secrets=SecretSet(), list_ttl=30)
+        federation = Federation(store, upstreams)
+        alice = CallerScope(Identity(user_id="alice"), ("alice",))
+        try:
+            await store.upsert_connection(ConnectionRecord("tools", "alice", f"{server.url}/mcp", source="config"))
+            first = await federation.resolve(alice, "tools__count")
+            again = await federation.resolve(alice, "tools__count")
+            reused = store.listings
+            # Made by another replica sharing the store: this process was not told, a name no
+            # connection it knows answers to is looked up afresh.
+            await store.upsert_connection(ConnectionRecord("more", "alice", f"{server.url}/mcp", source="config"))
+            elsewhere = await federation.resolve(alice, "more__count")
+            # Deleted through this process (the REST API forgets the connection): gone at once.
+            await store.delete_connection("tools")
+            upstreams.forget("tools")
+            deleted = await federation.resolve(alice, "tools__count")
+        finally:
+            await upstreams.close()
+            await store.close()
+    assert first is not None and again is not None and first.connection.id == again.connection.id == "tools"
+    assert reused == 1, "the second call asked the store again"
+    assert elsewhere is not None and elsewhere.connection.id == "more"
+    assert deleted is None

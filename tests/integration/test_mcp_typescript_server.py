@@ -4,9 +4,12 @@ No valid session ID provided" (not 404); the next turn must still work (B16)."""
 
 from __future__ import annotations
 
+import asyncio
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -75,3 +78,40 @@ async def test_a_federated_call_through_the_bridge_survives_a_typescript_server_
     assert [r.content[0].text for r in (before, again, after)] == ["Echo: one", "Echo: two", "Echo: three"]  # type: ignore[union-attr]
     assert not after.is_error
     assert pooled == 1, "two calls of one caller share one upstream session"
+
+
+async def test_resource_updates_of_a_typescript_server_reach_the_subscriber_through_the_bridge_across_a_restart(
+    everything: EverythingServer, tmp_path: Path
+) -> None:
+    # R: F14, B16
+    config = BridgeConfig.model_validate(
+        {"database": "sub.db", "connections": [{"id": "every", "owner": "alice", "endpoint": everything.url}]}
+    )
+    updates: list[str] = []
+    arrived = asyncio.Condition()
+
+    async def inbox(message: object) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            async with arrived:
+                updates.append(str(message.params.uri))
+                arrived.notify_all()
+
+    async def updated(count: int) -> None:
+        async with arrived:
+            await asyncio.wait_for(arrived.wait_for(lambda: len(updates) >= count), 20)
+
+    with serve(bridge_app(config, tmp_path).app) as bridge:
+        async with Client(
+            streamable_http_client(f"{bridge.url}/mcp", http_client=mcp_http("alice-key")), mode="legacy", message_handler=inbox
+        ) as alice:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # subscriptions are deprecated as of 2026-07-28
+                await alice.subscribe_resource(DOC)
+            started = await alice.call_tool("every__toggle-subscriber-updates", {})  # the server sends one now, then every 5 s
+            await updated(1)
+            everything.restart()  # its sessions and subscriptions are gone
+            count = len(updates)
+            restarted = await alice.call_tool("every__toggle-subscriber-updates", {})  # replaces the session, which subscribes again
+            await updated(count + 1)
+    assert not started.is_error and not restarted.is_error
+    assert set(updates) == {DOC}

@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import threading
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +52,12 @@ TOOLS = [
     types.Tool(name="whoami", description="Echoes the credential it was sent.", input_schema={"type": "object"}),
 ]
 
+SUBSCRIPTION_TOOLS = [
+    types.Tool(name="touch", description="Tells every session subscribed to `uri` that it changed.", input_schema={"type": "object"}),
+    types.Tool(name="grow", description="Adds the tool `grown` and tells every session the lists changed.", input_schema={"type": "object"}),
+]
+"""Listed (with resource subscriptions) by a server built with `subscriptions=True`."""
+
 
 @dataclass
 class McpServerState:
@@ -66,9 +74,18 @@ class McpServerState:
     auth_headers: list[str] = field(default_factory=list)
     arguments: list[dict[str, Any]] = field(default_factory=list)
     methods: Counter[str] = field(default_factory=Counter)
+    peers: Counter[tuple[str, int]] = field(default_factory=Counter)
+    """POST requests per client address and port: one entry per TCP connection the client used."""
     """JSON-RPC methods received over HTTP (e.g. to prove `resources/list` was never asked)."""
     end_every_session: bool = False
     """When set, every request carrying a session id gets 404 (a server that keeps ending sessions)."""
+    subscribers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Resource URI -> session id -> that session (with `subscriptions=True`)."""
+    unsubscribed: list[tuple[str, str]] = field(default_factory=list)
+    """(session id, URI) of every `resources/unsubscribe`."""
+    sessions: dict[str, Any] = field(default_factory=dict)
+    """Session id -> the session, for every session that called a tool (with `subscriptions=True`)."""
+    grown: bool = False
     require_credential: bool = False
     """When set, a request without the canary credential is a failed check (the test configured
     `canary.mcp_auth()`, so the secret must really be sent)."""
@@ -109,11 +126,38 @@ def _session_of(ctx: Any) -> str:
     return "stdio"
 
 
-def build_server(state: McpServerState, *, resources: bool = True, name: str = "test-server") -> Server[Any]:
-    """The test tools (and resources unless `resources=False`: then no resources capability)."""
+def build_server(
+    state: McpServerState, *, resources: bool = True, name: str = "test-server", subscriptions: bool = False
+) -> Server[Any]:
+    """The test tools (and resources unless `resources=False`: then no resources capability). With
+    `subscriptions`, resources can be subscribed to (2025-11-25) and the tools `touch` (sends
+    `notifications/resources/updated` for `uri` to its subscribers) and `grow` (lists one more
+    tool from then on and sends the tools, resources and prompts `list_changed` notifications to
+    every session that called a tool) are listed."""
 
     async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=TOOLS)
+        tools = TOOLS + SUBSCRIPTION_TOOLS if subscriptions else TOOLS
+        if state.grown:
+            tools = [*tools, types.Tool(name="grown", description="Listed after `grow`.", input_schema={"type": "object"})]
+        return types.ListToolsResult(tools=tools)
+
+    async def notify(sessions: list[Any], notification: Any) -> int:
+        sent = 0
+        for session in sessions:
+            with contextlib.suppress(Exception):  # a session that is gone
+                await session.send_notification(notification)
+                sent += 1
+        return sent
+
+    async def on_subscribe_resource(ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        session_id, uri = _session_of(ctx), str(params.uri)
+        state.note(lambda: state.subscribers.setdefault(uri, {}).__setitem__(session_id, ctx.session))
+        return types.EmptyResult()
+
+    async def on_unsubscribe_resource(ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        session_id, uri = _session_of(ctx), str(params.uri)
+        state.note(lambda: (state.subscribers.get(uri, {}).pop(session_id, None), state.unsubscribed.append((session_id, uri))))
+        return types.EmptyResult()
 
     async def timed(what: str) -> float:
         start = time.monotonic()
@@ -127,7 +171,18 @@ def build_server(state: McpServerState, *, resources: bool = True, name: str = "
         state.note(lambda: (state.calls.update([params.name]), state.arguments.append(arguments)))
         start = await timed(params.name)
         text: str
-        if params.name == "count":
+        if subscriptions:
+            state.note(lambda: state.sessions.__setitem__(session, ctx.session))
+        if subscriptions and params.name == "touch":
+            uri = str(arguments.get("uri"))
+            updated = types.ResourceUpdatedNotification(params=types.ResourceUpdatedNotificationParams(uri=uri))
+            text = f"told {await notify(list(state.subscribers.get(uri, {}).values()), updated)}"
+        elif subscriptions and params.name == "grow":
+            state.note(lambda: setattr(state, "grown", True))
+            changed = [types.ToolListChangedNotification(), types.ResourceListChangedNotification(), types.PromptListChangedNotification()]
+            told = [await notify(list(state.sessions.values()), notification) for notification in changed]
+            text = f"told {min(told)}"
+        elif params.name == "count":
             state.note(lambda: state.per_session.update([session]))
             text = f"session {session} call {state.per_session[session]}"
         elif params.name == "echo":
@@ -183,8 +238,13 @@ def build_server(state: McpServerState, *, resources: bool = True, name: str = "
     handlers: dict[str, Any] = {"on_list_tools": on_list_tools, "on_call_tool": on_call_tool}
     if resources:
         handlers.update(on_list_resources=on_list_resources, on_read_resource=on_read_resource)
-    schemas = {tool.name: tool.input_schema for tool in TOOLS}
-    return Server(name, get_tool_input_schema=schemas.get, **handlers)
+    if resources and subscriptions:
+        handlers.update(on_subscribe_resource=on_subscribe_resource, on_unsubscribe_resource=on_unsubscribe_resource)
+    schemas = {tool.name: tool.input_schema for tool in TOOLS + SUBSCRIPTION_TOOLS}
+    schemas["grown"] = {"type": "object"}
+    with warnings.catch_warnings():  # resource subscriptions are deprecated as of 2026-07-28, served before
+        warnings.simplefilter("ignore")
+        return Server(name, get_tool_input_schema=schemas.get, **handlers)
 
 
 def _json_error(status: int, code: int, message: str) -> tuple[dict[str, Any], bytes]:
@@ -201,9 +261,10 @@ def http_app(
     resources: bool = True,
     session_idle_timeout: float | None = None,
     json_response: bool = False,
+    subscriptions: bool = False,
 ) -> Any:
     """An ASGI app serving the test server at `/mcp`, recording sessions and headers in `state`."""
-    server = build_server(state, resources=resources)
+    server = build_server(state, resources=resources, subscriptions=subscriptions)
     inner = server.streamable_http_app(
         stateless_http=stateless, session_idle_timeout=session_idle_timeout, json_response=json_response
     )
@@ -222,6 +283,9 @@ def recording_app(state: McpServerState, inner: Any, *, legacy_only: bool = Fals
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         session = headers.get("mcp-session-id")
+        if scope["method"] == "POST" and scope.get("client"):
+            peer = tuple(scope["client"])
+            state.note(lambda: state.peers.update([peer]))
         if "authorization" in headers or "x-api-key" in headers:
             state.note(lambda: state.auth_headers.append(headers.get("authorization") or headers["x-api-key"]))
         credential = headers.get("authorization") or headers.get("x-api-key")
