@@ -10,7 +10,6 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import jwt
