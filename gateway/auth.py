@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from starlette.datastructures import Headers
 from gateway.config import AuthConfig, ClaimMap, JwtSettings
 from gateway.errors import Unauthorized, Unavailable
 from gateway.identity import ANONYMOUS, Identity
-from gateway.oauth import InvalidToken, ResourceServer, verify_jwt
+from gateway.oauth import InvalidToken, KeySet, ResourceServer, verify_jwt
 from gateway.secrets import SecretSet, resolve_secret
 
 
@@ -66,7 +65,7 @@ class Authenticator:
         self._keys: dict[str, Identity] = {}
         self._jwt: JwtSettings | None = config.jwt
         self._jwt_key: Any = None
-        self._jwks: jwt.PyJWKSet | None = None
+        self._jwt_keys: KeySet | None = None  # with `jwt.jwks_url`: the same key set as OAuth's (rotation included)
         self.oauth = ResourceServer(config.oauth) if config.oauth is not None else None
         for entry in config.api_keys:
             digest = entry.key_sha256 or fingerprint(resolve_secret(entry.key or "", base_dir, secrets))
@@ -76,14 +75,15 @@ class Authenticator:
                 self._jwt_key = resolve_secret(self._jwt.secret, base_dir, secrets)
             elif self._jwt.public_key:
                 self._jwt_key = resolve_secret(self._jwt.public_key, base_dir, secrets)
+            elif self._jwt.jwks_url and self._jwt.issuer:
+                self._jwt_keys = KeySet(self._jwt.issuer, self._jwt.jwks_url)
 
     async def start(self, http: httpx2.AsyncClient) -> None:
         """Fetch the JWKS of `jwt.jwks_url` (start-up fails without it); with `oauth`, try the
         issuer's keys (an issuer not answering yet is retried when a token comes)."""
-        if self.mode == "jwt" and self._jwt is not None and self._jwt.jwks_url:
-            response = await http.get(self._jwt.jwks_url, timeout=10)
-            response.raise_for_status()
-            self._jwks = jwt.PyJWKSet.from_dict(json.loads(response.content))
+        if self._jwt_keys is not None:
+            self._jwt_keys.http = http
+            await self._jwt_keys.refresh()  # raises Unavailable: start-up fails saying why
         if self.oauth is not None:
             self.oauth.keys.http = http
             with contextlib.suppress(Unavailable):  # logged; requests meanwhile get 503 saying why
@@ -107,7 +107,7 @@ class Authenticator:
         if token is None:
             raise self.refused("missing credential: send 'Authorization: Bearer <token>'", path)
         if self.mode == "jwt":
-            return self._by_jwt(token)
+            return await self._by_jwt(token)
         if self.mode == "api_keys":
             identity = self._by_key(token)
             if identity is not None:
@@ -125,16 +125,13 @@ class Authenticator:
                 return identity
         return None
 
-    def _by_jwt(self, token: str) -> Identity:
+    async def _by_jwt(self, token: str) -> Identity:
         settings = self._jwt
         assert settings is not None
         try:
             key = self._jwt_key
-            if self._jwks is not None:
-                kid = jwt.get_unverified_header(token).get("kid")
-                key = next((k.key for k in self._jwks.keys if kid is None or k.key_id == kid), None)
-                if key is None:
-                    raise Unauthorized("invalid token: no matching key in the JWKS")
+            if self._jwt_keys is not None:
+                key = await self._jwt_keys.key_for(jwt.get_unverified_header(token).get("kid"))
             claims = verify_jwt(token, key, algorithms=settings.algorithms, audience=settings.audience, issuer=settings.issuer)
         except jwt.PyJWTError as exc:
             raise Unauthorized(f"invalid token: {type(exc).__name__}") from None

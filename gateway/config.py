@@ -67,7 +67,7 @@ class ClaimMap(_Strict):
 
 
 class JwtSettings(ClaimMap):
-    """JWT verification: an HMAC `secret`, a PEM `public_key`, or a `jwks_url` (fetched at start)."""
+    """JWT verification: an HMAC `secret`, a PEM `public_key`, or a `jwks_url` (fetched at start, and again for a key id it lacks, as for `oauth`)."""
 
     secret: SecretRef | None = None
     public_key: SecretRef | None = None
