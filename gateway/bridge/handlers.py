@@ -64,10 +64,12 @@ class BridgeHandlers:
 
     async def graph(self, scope: CallerScope) -> Graph | None:
         """The saved graph of the scope's bridge (None on `/mcp` or before a graph is saved)."""
-        if scope.bridge is None:
-            return None
-        data = await self._store.load_graph(scope.bridge.id)
-        return Graph.model_validate(data) if data is not None else None
+        return (await self._saved(scope))[0]
+
+    async def _saved(self, scope: CallerScope) -> tuple[Graph | None, str | None]:
+        """The saved graph of the scope's bridge and who saved it, in one read of the store."""
+        saved = await self._store.saved_graph(scope.bridge.id) if scope.bridge is not None else None
+        return (Graph.model_validate(saved.graph), saved.saved_by) if saved is not None else (None, None)
 
     async def list_tools(self, scope: CallerScope) -> list[types.Tool]:
         """Federated tools, then the bridge's pipelines (listed under their `name`)."""
@@ -105,13 +107,13 @@ class BridgeHandlers:
         result = error_result(f"unknown tool: {name}")
         extra: dict[str, Any] = {}
         try:
-            graph = await self.graph(scope)
+            graph, saved_by = await self._saved(scope)
             pipeline = graph.pipeline_named(name) if graph is not None else None
             if graph is not None and pipeline is not None:
                 action = "mcp.pipeline_call"
                 mutating = _pipeline_mutates(graph, pipeline)
                 if scope.bridge is not None:  # whose graph ran with the caller's connections
-                    extra["$graph"] = {"savedBy": await self._store.graph_saved_by(scope.bridge.id)}
+                    extra["$graph"] = {"savedBy": saved_by}
                 result = await self._call_pipeline(scope, graph, pipeline, arguments or {})
             else:
                 result = await self._call_federated(scope, name, arguments or {}, downstream)

@@ -290,11 +290,6 @@ class PostgresStore:
         text = await self._read(("load_graph", bridge_id), lambda db: db.fetchval(sql, bridge_id))
         return json.loads(text) if text is not None else None
 
-    async def graph_saved_by(self, bridge_id: str) -> str | None:
-        """The actor id of whoever saved the bridge's graph last (None before a save)."""
-        sql = "SELECT saved_by FROM graphs WHERE bridge_id = $1"
-        return await self._read(("graph_saved_by", bridge_id), lambda db: db.fetchval(sql, bridge_id))  # type: ignore[no-any-return]
-
     async def append_audit(self, records: Sequence[AuditRecord]) -> None:
         """Append a batch with one COPY (one transaction: all of it or none)."""
         rows = [

@@ -160,12 +160,6 @@ class SqliteStore:
         rows = await self._run(lambda db: db.execute(sql, (bridge_id,)).fetchall())
         return SavedGraph(json.loads(rows[0][0]), rows[0][1], rows[0][2]) if rows else None
 
-    async def graph_saved_by(self, bridge_id: str) -> str | None:
-        """The actor id of whoever saved the bridge's graph last (None before a save, or unrecorded)."""
-        sql = "SELECT saved_by FROM graphs WHERE bridge_id = ?"
-        rows = await self._run(lambda db: db.execute(sql, (bridge_id,)).fetchall())
-        return rows[0][0] if rows else None
-
     async def load_graph(self, bridge_id: str) -> dict[str, Any] | None:
         """A bridge's graph as saved, or None."""
         sql = "SELECT graph FROM graphs WHERE bridge_id = ?"

@@ -87,7 +87,7 @@ async def test_graph_saves_are_versioned_and_a_save_based_on_an_old_version_is_r
         await store.save_graph("b1", {**first, "tag": "stale"}, 5.0, "alice", expected_version=2)
     saved = await store.saved_graph("b1")
     assert saved is not None and (saved.graph["tag"], saved.version, saved.saved_by) == ("blind", 3, "carol")
-    assert await store.graph_saved_by("b1") == "carol"
+    assert (await store.saved_graph("b1")).saved_by == "carol"
     assert (await store.load_graph("b1")) == saved.graph
 
 
