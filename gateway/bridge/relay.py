@@ -188,6 +188,7 @@ class Relay:
     async def _ask(self, capability: types.ClientCapabilities, what: str, request: Any, result: Any) -> Any:
         ctx = self.current()
         if ctx is None or not _declared(ctx, capability):
+            log.info("relay %s: %s refused: %s", self.label, what, "no call in flight" if ctx is None else "the caller did not declare it")
             return types.ErrorData(code=INVALID_REQUEST, message=f"{what} is not supported by the client")
         try:
             return await ctx.session.send_request(

@@ -15,8 +15,10 @@ gateway/egress.py).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
+import logging
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -33,6 +35,8 @@ from gateway.egress import DestinationRefused, EgressPolicy
 from gateway.mcp.errors import SESSION_ENDED
 from gateway.mcp.reuse import keep_connections
 
+log = logging.getLogger("toolgate.mcp")
+
 PYTHON_NAMES = frozenset({"python", "python3"})
 
 MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024
@@ -44,6 +48,10 @@ MCP_LIMITS = httpx2.Limits(max_connections=None, max_keepalive_connections=200, 
 stream while it lives (B14), so a cap would make the session past it wait and fail. Idle
 connections are dropped after 2 s, before a server's own keep-alive (uvicorn: 5 s) closes them
 under a request just being sent."""
+
+EVENT_STREAM_SECONDS = 2.0
+"""Longest wait, once a session-ful HTTP session is open, for the server to answer the session's
+event stream (the GET the SDK starts after the handshake): see `EventStream`."""
 
 MAX_ERROR_BODY = 4096
 """Largest error body the session watch reads to learn whether a 400 means "no such session"."""
@@ -101,6 +109,24 @@ class SessionWatch:
 _WATCH: contextvars.ContextVar[SessionWatch | None] = contextvars.ContextVar("toolgate_mcp_session_watch", default=None)
 
 
+@dataclass
+class EventStream:
+    """The session's own event stream (the standalone GET of the handshake generation), as the HTTP
+    layer saw it. A server sends what belongs to no request of the client — a request such as
+    elicitation made without naming the call it serves (the TypeScript SDK's `server.request`),
+    `list_changed`, resource updates — on that stream only, and drops it while the stream is not
+    open yet. The SDK starts the GET beside the first request, so a call made at once could lose
+    its own elicitation; a session is handed out only once the server answered the GET (any
+    status: 405 means it has no such stream), at most `EVENT_STREAM_SECONDS` after the handshake."""
+
+    sessionful: bool = False
+    """The server gave the session an id (only then does the SDK open the stream)."""
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+_STREAM: contextvars.ContextVar[EventStream | None] = contextvars.ContextVar("toolgate_mcp_event_stream", default=None)
+
+
 def watching(watch: SessionWatch) -> contextvars.Token[SessionWatch | None]:
     """Make `watch` the session watch of the current task and of the tasks it starts from now on
     (the SDK's transport tasks copy the context of the task that opens the client)."""
@@ -108,6 +134,12 @@ def watching(watch: SessionWatch) -> contextvars.Token[SessionWatch | None]:
 
 
 async def _watch_response(response: httpx2.Response) -> None:
+    stream = _STREAM.get()
+    if stream is not None:
+        if response.request.method == "GET":
+            stream.answered.set()
+        elif "mcp-session-id" in response.headers:
+            stream.sessionful = True
     watch = _WATCH.get()
     status = response.status_code
     if watch is None or status not in (400, 404) or "mcp-session-id" not in response.request.headers:
@@ -121,6 +153,17 @@ async def _watch_response(response: httpx2.Response) -> None:
     body = await response.aread()
     if SESSION_ENDED.search(body.decode("utf-8", "replace")):
         watch.ended, watch.status = True, status
+
+
+async def _event_stream_answered(stream: EventStream, target: McpTarget) -> None:
+    """Wait (bounded) until the server answered a session-ful session's event stream (`EventStream`)."""
+    if not stream.sessionful:
+        return
+    try:
+        await asyncio.wait_for(stream.answered.wait(), EVENT_STREAM_SECONDS)
+    except TimeoutError:
+        log.info("mcp %s: the session's event stream was not answered within %gs; going on without it",
+                 target.label, EVENT_STREAM_SECONDS)
 
 
 def mcp_http_client(headers: dict[str, str] | None = None, egress: EgressPolicy | None = None) -> httpx2.AsyncClient:
@@ -204,10 +247,13 @@ class McpClients:
         if known is not None and known.result is not None:
             extra["prior_discover"] = known.result
         client = mcp.Client(transport, mode=mode, read_timeout_seconds=sdk_timeout(target.timeout), cache=None, **extra)
+        stream = EventStream()
+        _STREAM.set(stream)  # the transport's tasks (the GET's among them) inherit this context
         try:
             async with client:
                 if known is None:
                     self._learn(target, client)
+                await _event_stream_answered(stream, target)
                 yield client
         except BaseException:
             self.forget(target)

@@ -65,6 +65,9 @@ class McpServerState:
 
     delay: float = 0.0
     """Seconds every tool call and resource read waits (concurrency and benchmarks)."""
+    event_stream_delay: float = 0.0
+    """Seconds the server takes before it opens a session's event stream (the standalone GET): a
+    slow server, or one behind a slow proxy. What it sends outside a request is dropped meanwhile."""
     calls: Counter[str] = field(default_factory=Counter)
     per_session: Counter[str] = field(default_factory=Counter)
     opened: list[str] = field(default_factory=list)
@@ -303,6 +306,9 @@ def recording_app(state: McpServerState, inner: Any, *, legacy_only: bool = Fals
             await send(start)
             await send({"type": "http.response.body", "body": body})
             return
+
+        if scope["method"] == "GET" and state.event_stream_delay:
+            await asyncio.sleep(state.event_stream_delay)
 
         async def watch(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start" and message["status"] < 400:
