@@ -147,10 +147,12 @@ def claims_identity(claims: dict[str, Any], names: ClaimMap, token: str) -> Iden
         value = claims.get(name)
         return str(value) if value is not None else None
 
+    exp = claims.get("exp")
     return Identity(
         user_id=claim(names.user_claim),
         org_id=claim(names.org_claim),
         display_name=claim(names.name_claim),
         email=claim(names.email_claim),
         credential_fp=fingerprint(token),
+        expires_at=float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None,
     )

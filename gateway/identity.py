@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,9 @@ class Identity:
     display_name: str | None = None
     email: str | None = None
     credential_fp: str | None = None
+    expires_at: float | None = field(default=None, compare=False)
+    """When the credential that proved this identity expires (epoch seconds; None: it does not —
+    an API key). Not part of who the caller is: two tokens of one user are the same caller."""
 
     @property
     def is_anonymous(self) -> bool:

@@ -147,7 +147,7 @@ class Console:
             log.info("console sign-in refused: %s", exc.code)
             return self._sign_in_page(request, "That API key was not accepted.", 401)
         self.sessions.discard(request)
-        session = self.sessions.create(identity)
+        session = self.sessions.create(identity, identity.expires_at)  # a pasted token's session ends with it
         response = RedirectResponse("/console", status_code=303, headers={"Cache-Control": "no-store"})
         self.sessions.set_cookie(response, session, request)
         response.delete_cookie(SIGNIN_COOKIE, path="/console", httponly=True, samesite="strict", secure=is_tls(request))

@@ -55,6 +55,9 @@ class ConsoleSession:
     csrf_token: str = field(repr=False)
     created: float
     last_used: float
+    ends: float
+    """When it ends however much it is used (the table's clock): its maximum age, or sooner when
+    the credential it was signed in with expires sooner."""
 
 
 def _key(session_id: str) -> str:
@@ -71,7 +74,7 @@ class ConsoleSessions:
 
     def __init__(
         self, *, idle_seconds: float = 1800.0, max_age_seconds: float = 12 * 3600.0, max_sessions: int = 10_000,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if idle_seconds <= 0 or max_age_seconds <= 0 or max_sessions < 1:
             raise ValueError("idle_seconds and max_age_seconds must be positive, max_sessions at least 1")
@@ -79,18 +82,24 @@ class ConsoleSessions:
         self.max_age_seconds = max_age_seconds
         self.max_sessions = max_sessions
         self._clock = clock
+        self._wall_clock = wall_clock
         self._table: OrderedDict[str, ConsoleSession] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._table)
 
-    def create(self, identity: Identity) -> ConsoleSession:
-        """A new session for a proven `identity` (the least recently used one goes past the bound)."""
+    def create(self, identity: Identity, expires_at: float | None = None) -> ConsoleSession:
+        """A new session for a proven `identity` (the least recently used one goes past the bound).
+        `expires_at` (epoch seconds): when the credential the browser signed in with expires — a
+        token pasted into the sign-in form: the session must not outlive it."""
         now = self._clock()
         self._expire(now)
         while len(self._table) >= self.max_sessions:
             self._table.popitem(last=False)
-        session = ConsoleSession(secrets.token_urlsafe(32), identity, secrets.token_urlsafe(32), now, now)
+        lifetime = self.max_age_seconds
+        if expires_at is not None:
+            lifetime = min(lifetime, expires_at - self._wall_clock())
+        session = ConsoleSession(secrets.token_urlsafe(32), identity, secrets.token_urlsafe(32), now, now, now + lifetime)
         self._table[_key(session.id)] = session
         return session
 
@@ -103,7 +112,7 @@ class ConsoleSessions:
         session = self._table.get(key)
         if session is None:
             return None
-        if now - session.last_used > self.idle_seconds or now - session.created > self.max_age_seconds:
+        if now - session.last_used > self.idle_seconds or now > session.ends:
             del self._table[key]
             return None
         session.last_used = now

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from pathlib import Path
 
 import httpx2
+import jwt
 import pytest
 from starlette.requests import Request
 from starlette.responses import Response
@@ -17,6 +19,7 @@ from gateway.identity import Identity
 from tests.support import canary
 from tests.support.gateway import running_gateway, simple_config
 from tests.support.upstream import ScriptedUpstream
+from tests.support.waiting import wait_until
 
 
 def console_config(upstream_url: str, tmp_path: Path) -> dict:
@@ -156,6 +159,38 @@ def test_a_session_ends_at_its_maximum_age_however_much_it_is_used() -> None:
         assert sessions.get(session.id) is session
     now[0] = 101.0
     assert sessions.get(session.id) is None
+
+
+def test_a_session_signed_in_with_a_token_ends_when_the_token_expires() -> None:
+    # R: C1 -- a token pasted into the sign-in form: the session must not outlive it
+    now, wall = [0.0], [1_000_000.0]
+    sessions = ConsoleSessions(idle_seconds=60, max_age_seconds=100, clock=lambda: now[0], wall_clock=lambda: wall[0])
+    token_session = sessions.create(Identity(user_id="a"), expires_at=wall[0] + 30)
+    key_session = sessions.create(Identity(user_id="b"))
+    now[0] = 30.0
+    assert sessions.get(token_session.id) is token_session
+    now[0] = 31.0
+    assert sessions.get(token_session.id) is None and sessions.get(key_session.id) is key_session
+    later = sessions.create(Identity(user_id="c"), expires_at=wall[0] + 10_000)  # a long-lived token: the maximum age still holds
+    now[0] = 132.0
+    assert sessions.get(later.id) is None
+
+
+def test_the_console_ends_a_session_when_the_jwt_it_was_signed_in_with_expires(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    # R: C1, G3
+    config = simple_config(
+        upstream.url,
+        auth={"mode": "jwt", "jwt": {"secret": canary.JWT_SECRET_REF, "audience": "toolgate", "issuer": "https://idp.test"}},
+        bridge={"enabled": True, "database": str(tmp_path / "bridge.db")},
+    )
+    claims = {"sub": "alice", "aud": "toolgate", "iss": "https://idp.test", "exp": int(time.time()) + 3}
+    token = jwt.encode(claims, canary.JWT_SECRET, algorithm="HS256")
+    with running_gateway(config, tmp_path) as gw, httpx2.Client(base_url=gw.url) as http:
+        signed_in = sign_in(http, token)
+        first = http.get("/bridges")
+        assert signed_in.status_code == 303 and first.status_code == 200
+        assert wait_until(lambda: http.get("/bridges").status_code == 401, timeout=20.0, interval=0.25)
+    assert time.time() >= claims["exp"] - 1  # it ended with the token (a second's rounding), not before
 
 
 def test_signing_in_again_replaces_the_old_session(upstream: ScriptedUpstream, tmp_path: Path) -> None:
