@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.bridge.api_support import Authenticate, caller_of, json_body, object_body, rendered
+from gateway.bridge.api_support import Authenticate, caller_of, json_body, object_body, rendered, visible_bridge
 from gateway.bridge.audit_args import Scrub
 from gateway.bridge.federation import CallerScope, Federation
 from gateway.bridge.handlers import BridgeHandlers
@@ -67,9 +67,7 @@ class EditorApi:
         (<tool>) failed`) — either way `200` with `isError`, as an MCP client would read it."""
         caller = await caller_of(request, self._auth)
         bridge_id = request.path_params["bridge_id"]
-        bridge = await self._store.get_bridge(bridge_id)
-        if bridge is None or bridge.owner not in caller.owners:
-            raise NotFound(f"bridge {bridge_id} not found")
+        bridge = await visible_bridge(self._store, caller.owners, bridge_id)
         data = object_body(await json_body(request), {"name", "arguments"})
         name, arguments = data.get("name"), data.get("arguments", {})
         if not isinstance(name, str) or not isinstance(arguments, dict):

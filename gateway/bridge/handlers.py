@@ -68,7 +68,7 @@ class BridgeHandlers:
 
     async def _saved(self, scope: CallerScope) -> tuple[Graph | None, str | None]:
         """The saved graph of the scope's bridge and who saved it, in one read of the store."""
-        saved = await self._store.saved_graph(scope.bridge.id) if scope.bridge is not None else None
+        saved = await self._store.saved_graph(scope.bridge.key) if scope.bridge is not None else None
         return (Graph.model_validate(saved.graph), saved.saved_by) if saved is not None else (None, None)
 
     async def list_tools(self, scope: CallerScope) -> list[types.Tool]:
@@ -163,6 +163,7 @@ class BridgeHandlers:
             plan = plan_run(graph, pipeline)
         except PipelineRefused as exc:
             return error_result(str(exc))
+        # the bridge's connections by the ids its graph uses, resolved in its owner's view (tenancy.py)
         connections = {c.id: c for c in await self._federation.connections(scope)}
 
         async def call(connection_id: str, tool: str, args: dict[str, Any]) -> types.CallToolResult:

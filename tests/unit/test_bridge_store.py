@@ -76,19 +76,19 @@ async def test_graph_saves_are_versioned_and_a_save_based_on_an_old_version_is_r
     # R: S2, F12
     await store.upsert_bridge(BridgeRecord("b1", "alice"))
     first = {"nodes": [], "edges": [], "pipelines": [], "tag": "first"}
-    assert await store.saved_graph("b1") is None
-    assert await store.save_graph("b1", first, 1.0, "alice", expected_version=0) == 1
+    assert await store.saved_graph(("alice", "b1")) is None
+    assert await store.save_graph(("alice", "b1"), first, 1.0, "alice", expected_version=0) == 1
     with pytest.raises(GraphConflict) as refused:
-        await store.save_graph("b1", {**first, "tag": "late"}, 2.0, "bob", expected_version=0)
+        await store.save_graph(("alice", "b1"), {**first, "tag": "late"}, 2.0, "bob", expected_version=0)
     assert (refused.value.expected, refused.value.current) == (0, 1)
-    assert await store.save_graph("b1", {**first, "tag": "second"}, 3.0, "bob", expected_version=1) == 2
-    assert await store.save_graph("b1", {**first, "tag": "blind"}, 4.0, "carol") == 3  # no version named: saved
+    assert await store.save_graph(("alice", "b1"), {**first, "tag": "second"}, 3.0, "bob", expected_version=1) == 2
+    assert await store.save_graph(("alice", "b1"), {**first, "tag": "blind"}, 4.0, "carol") == 3  # no version named: saved
     with pytest.raises(GraphConflict):
-        await store.save_graph("b1", {**first, "tag": "stale"}, 5.0, "alice", expected_version=2)
-    saved = await store.saved_graph("b1")
+        await store.save_graph(("alice", "b1"), {**first, "tag": "stale"}, 5.0, "alice", expected_version=2)
+    saved = await store.saved_graph(("alice", "b1"))
     assert saved is not None and (saved.graph["tag"], saved.version, saved.saved_by) == ("blind", 3, "carol")
-    assert (await store.saved_graph("b1")).saved_by == "carol"
-    assert (await store.load_graph("b1")) == saved.graph
+    assert (await store.saved_graph(("alice", "b1"))).saved_by == "carol"
+    assert (await store.load_graph(("alice", "b1"))) == saved.graph
 
 
 async def test_saves_at_once_based_on_one_version_store_exactly_one_graph_whole(store: BridgeStore) -> None:
@@ -98,14 +98,14 @@ async def test_saves_at_once_based_on_one_version_store_exactly_one_graph_whole(
 
     async def save(editor: str) -> int | None:
         try:
-            return await store.save_graph("b1", {"nodes": nodes, "editor": editor}, 1.0, editor, expected_version=0)
+            return await store.save_graph(("alice", "b1"), {"nodes": nodes, "editor": editor}, 1.0, editor, expected_version=0)
         except GraphConflict:
             return None
 
     results = await asyncio.gather(*(save(f"editor-{i}") for i in range(8)))
     assert sorted(results, key=lambda v: v or 0) == [None] * 7 + [1]
     winner = f"editor-{results.index(1)}"
-    saved = await store.saved_graph("b1")
+    saved = await store.saved_graph(("alice", "b1"))
     assert saved is not None and saved.graph == {"nodes": nodes, "editor": winner} and saved.saved_by == winner
 
 
@@ -131,8 +131,8 @@ async def test_connections_and_bridges_are_listed_per_owner(store: BridgeStore) 
     await store.upsert_bridge(BridgeRecord("b1", "alice", ("gh", "wiki")))
     assert [c.id for c in await store.list_connections(["alice", "org:acme"])] == ["gh", "wiki"]
     assert [b.id for b in await store.list_bridges(["bob"])] == []
-    assert await store.get_bridge("b1") == BridgeRecord("b1", "alice", ("gh", "wiki"))
-    assert (await store.get_connection("gh")).auth_secret == "env:GH"  # type: ignore[union-attr]
+    assert await store.find_bridges(["alice"], "b1") == [BridgeRecord("b1", "alice", ("gh", "wiki"))]
+    assert [c.auth_secret for c in await store.find_connections(["alice", "bob"], "gh")] == ["env:GH"]
 
 
 class SlowStore(SqliteStore):
@@ -242,9 +242,9 @@ async def test_the_gateways_role_cannot_update_or_delete_audit_rows_but_uses_the
             try:
                 await store.upsert_connection(ConnectionRecord("gh", "alice", "http://h/mcp"))
                 await store.upsert_bridge(BridgeRecord("b1", "alice", ("gh",)))
-                assert await store.save_graph("b1", {"nodes": []}, 1.0, "alice") == 1
+                assert await store.save_graph(("alice", "b1"), {"nodes": []}, 1.0, "alice") == 1
                 await store.append_audit([record()])
-                assert await store.delete_bridge("b1") and await store.delete_connection("gh")
+                assert await store.delete_bridge(("alice", "b1")) and await store.delete_connection(("alice", "gh"))
                 conn = await asyncpg.connect(as_gateway)
                 try:
                     for sql in ("UPDATE audit SET status = 'failure'", "DELETE FROM audit", "TRUNCATE audit",
