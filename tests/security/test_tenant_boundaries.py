@@ -159,7 +159,7 @@ async def test_a_graph_save_is_audited_with_its_editor_and_a_run_names_whose_gra
     runs = await audit_of(world, "alice", action="mcp.pipeline_call", resource="shout")
     assert saves[0]["actor"] == {"id": "carol", "email": "carol@acme.test"}
     assert (saves[0]["resource"], saves[0]["scope"], saves[0]["mutating"]) == ("acme-bridge", "bridge:acme-bridge", True)
-    assert saves[0]["args"] == {"nodes": 3, "edges": 2, "pipelines": ["shout"]}
+    assert saves[0]["args"] == {"owner": "org:acme", "nodes": 3, "edges": 2, "pipelines": ["shout"]}
     assert runs[0]["actor"]["id"] == "alice"
     assert runs[0]["args"]["$graph"] == {"savedBy": "carol"}
 
