@@ -105,7 +105,8 @@ class BridgeHandlers:
         action: AuditAction = "mcp.tool_call"
         mutating = is_mutating(name.partition("__")[2] or name)
         result = error_result(f"unknown tool: {name}")
-        extra: dict[str, Any] = {}
+        # which bridge, by its owner too: ids are per owner, `scope` names the id as the caller typed it
+        extra: dict[str, Any] = {"$bridge": {"owner": scope.bridge.owner}} if scope.bridge is not None else {}
         try:
             graph, saved_by = await self._saved(scope)
             pipeline = graph.pipeline_named(name) if graph is not None else None

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from gateway.bridge.config import BridgeConfig
 from gateway.errors import Unauthorized
 from gateway.identity import Identity
-from tests.support.bridge_servers import BridgeApp, bridge_app, edge, graph, node, pipeline, tool_node
+from tests.support.bridge_servers import BridgeApp, audit_flushed, bridge_app, edge, graph, node, pipeline, tool_node
 from tests.support.http_server import ServerThread, serve
 from tests.support.mcp_servers import McpServerState, http_app
 
@@ -54,6 +54,7 @@ class World:
     b: McpServerState
     a_url: str
     b_url: str
+    server: ServerThread
 
     async def call(self, who: str, method: str, path: str, body: Any = None) -> httpx2.Response:
         async with http(who) as client:
@@ -82,7 +83,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         config = BridgeConfig.model_validate({"database": "ids.db", "apiEndpointAllowPrivate": ["127.0.0.0/8"]})
         app = bridge_app(config, tmp_path, authenticate=authenticate)
         with serve(app.app) as bridge:
-            yield World(bridge.url, app, a, b, server_a.url, server_b.url)
+            yield World(bridge.url, app, a, b, server_a.url, server_b.url, bridge)
 
 
 def counting_graph(connection: str = "gh") -> dict[str, Any]:
@@ -170,6 +171,11 @@ async def test_a_bridge_id_two_tenants_use_runs_each_ones_own_graph_over_their_o
     assert (counted(world.a), counted(world.b)) == (2, 1)
     ran = await world.call("bob", "POST", "/bridges/b1/run", {"name": "tally"})
     assert not ran.json()["isError"] and (counted(world.a), counted(world.b)) == (2, 2)
+    await audit_flushed(world.app, world.server)
+    for who in ("alice", "bob"):  # each one's record says whose `b1` ran (the scope is the id as typed)
+        runs = (await world.call(who, "GET", "/audit?action=mcp.pipeline_call")).json()["data"]
+        times = 1 if who == "alice" else 2  # bob ran it on /mcp/b1 and in the editor
+        assert [(r["scope"], r["args"]["$bridge"]) for r in runs] == [("bridge:b1", {"owner": who})] * times
 
 
 async def test_a_members_own_item_shadows_the_orgs_and_an_org_bridge_holds_only_the_orgs(world: World) -> None:
