@@ -18,7 +18,8 @@
 
 Another account's bridge or connection answers 404, exactly like one that does not exist. Ids
 are per owner (tenancy.py): a path's id names the item the caller sees under it (their own before
-their org's), and a create is refused (409) only for an id among what the caller sees.
+their org's; `?owner=<owner>` names one owner's), and a create is refused (409) only for an id
+among what the caller sees.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.bridge.api_support import (
-    Authenticate, Conflict, caller_of, json_body, object_body, owner_for, rendered, visible_bridge,
+    Authenticate, Conflict, addressed, caller_of, json_body, object_body, owner_for, rendered, visible_bridge,
 )
 from gateway.bridge.audit import AuditWriter
 from gateway.bridge.audit_args import Scrub
@@ -98,7 +99,7 @@ class BridgeApi:
 
     async def _bridge(self, request: Request) -> tuple[CallerScope, BridgeRecord]:
         caller = await caller_of(request, self._auth)
-        bridge = await visible_bridge(self._store, caller.owners, request.path_params["bridge_id"])
+        bridge = await visible_bridge(self._store, addressed(request, caller.owners), request.path_params["bridge_id"])
         return caller, bridge
 
     async def list_bridges(self, request: Request) -> Response:
@@ -280,8 +281,8 @@ class BridgeApi:
     async def _made_connection(self, request: Request, verb: str) -> tuple[CallerScope, ConnectionRecord]:
         """The caller's connection of the path, made through the API (404 for another's, 409 for the YAML's)."""
         caller = await caller_of(request, self._auth)
-        connection_id = request.path_params["connection_id"]
-        conn = named(await self._store.find_connections(caller.owners, connection_id), caller.owners, connection_id)
+        connection_id, owners = request.path_params["connection_id"], addressed(request, caller.owners)
+        conn = named(await self._store.find_connections(owners, connection_id), owners, connection_id)
         if conn is None:
             raise NotFound(f"connection {connection_id} not found")
         if conn.source == "config":

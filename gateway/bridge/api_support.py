@@ -83,3 +83,14 @@ async def visible_bridge(store: BridgeStore, owners: tuple[str, ...], bridge_id:
     if bridge is None:
         raise NotFound(f"bridge {bridge_id} not found")
     return bridge
+
+
+def addressed(request: Request, owners: tuple[str, ...]) -> tuple[str, ...]:
+    """The owners an item's path resolves its id among: the caller's (their own item before their
+    org's, tenancy.py), or with `?owner=` only that one — how a caller names the org's item that
+    an item of their own with the same id shadows. An owner the caller does not act for finds
+    nothing (404, like any item of another account)."""
+    owner = request.query_params.get("owner")
+    if owner is None:
+        return owners
+    return (owner,) if owner in owners else ()

@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway.api.body import read_body
-from gateway.bridge.api_support import MAX_BODY_BYTES, visible_bridge
+from gateway.bridge.api_support import MAX_BODY_BYTES, addressed, visible_bridge
 from gateway.bridge.audit_args import Scrub
 from gateway.bridge.federation import CallerScope, owners_of
 from gateway.bridge.handlers import BridgeHandlers
@@ -181,7 +181,7 @@ class McpEndpoint:
         request = Request(scope, receive)
         try:
             identity = await self._authenticate(request)
-            caller = await self._caller(identity, scope.get("path_params", {}).get("bridge_id"))
+            caller = await self._caller(identity, request, scope.get("path_params", {}).get("bridge_id"))
         except GatewayError as exc:
             await error_response(exc, self._scrub)(scope, receive, send)
             return
@@ -240,11 +240,12 @@ class McpEndpoint:
         manager = self.manager
         return manager is not None and _alive_in(manager)(session_id)
 
-    async def _caller(self, identity: Identity, bridge_id: str | None) -> CallerScope:
+    async def _caller(self, identity: Identity, request: Request, bridge_id: str | None) -> CallerScope:
         owners = owners_of(identity)
         if bridge_id is None:
             return CallerScope(identity, owners)
-        return CallerScope(identity, owners, await visible_bridge(self._store, owners, bridge_id))
+        bridge = await visible_bridge(self._store, addressed(request, owners), bridge_id)  # ?owner= as on the REST API
+        return CallerScope(identity, owners, bridge)
 
     def _watch(self, send: Send, session_id: str | None, binding: Binding, method: str, minted: list[str]) -> Send:
         """Bind a session the SDK mints (noted in `minted`) as its response starts; forget a session

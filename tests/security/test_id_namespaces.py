@@ -196,6 +196,11 @@ async def test_a_members_own_item_shadows_the_orgs_and_an_org_bridge_holds_only_
     assert (counted(world.a), counted(world.b)) == (1, 2), "the org's `gh` in the org's bridge, for her too"
     patched = await world.call("alice", "PATCH", "/connections/gh", {"prefix": "mine"})
     assert patched.json()["owner"] == "alice"
+    org_tools = await world.call("alice", "GET", "/connections/gh/tools?owner=org:acme")  # the shadowed one, by owner
+    assert org_tools.status_code == 200 and "count" in {t["name"] for t in org_tools.json()["data"]}
+    for path in ("/connections/gh/tools?owner=bob", "/connections/gh/tools?owner=umbrella"):
+        assert (await world.call("alice", "GET", path)).status_code == 404
+    assert (await world.call("alice", "DELETE", "/connections/gh?owner=org:umbrella")).status_code == 404
     assert (await world.call("alice", "DELETE", "/connections/gh")).status_code == 204
     left = (await world.call("carol", "GET", "/connections")).json()["data"]
     assert [(c["id"], c["owner"], c["prefix"]) for c in left] == [("gh", "org:acme", "gh")], "the org's is untouched"
@@ -216,8 +221,11 @@ async def test_a_bridge_session_is_bound_to_the_bridge_not_to_the_id_it_was_open
         opened = await client.post(f"{world.url}/mcp/b1", json=init, headers=headers)
         session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
         before = await client.post(f"{world.url}/mcp/b1", json=ping, headers=session)
+        other_door = await client.post(f"{world.url}/mcp/b1?owner=org:acme", json=ping, headers=session)
+        shadowed = await client.get(f"{world.url}/bridges/b1?owner=org:acme")
         assert (await client.delete(f"{world.url}/bridges/b1")).status_code == 204
         after = await client.post(f"{world.url}/mcp/b1", json=ping, headers=session)
         org = await client.get(f"{world.url}/bridges/b1")
-    assert (before.status_code, after.status_code) == (200, 404)
+    assert (before.status_code, other_door.status_code, after.status_code) == (200, 404, 404)
+    assert shadowed.json()["owner"] == "org:acme", "the org's `b1`, named by owner while alice's shadows it"
     assert org.json()["owner"] == "org:acme"
