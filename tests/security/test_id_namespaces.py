@@ -19,12 +19,12 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from starlette.requests import Request
 
 from gateway.bridge.config import BridgeConfig
-from gateway.errors import Unauthorized
 from gateway.identity import Identity
-from tests.support.bridge_servers import BridgeApp, audit_flushed, bridge_app, edge, graph, node, pipeline, tool_node
+from tests.support.bridge_servers import (
+    BridgeApp, audit_flushed, authenticate_by_name, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node,
+)
 from tests.support.http_server import ServerThread, serve
 from tests.support.mcp_servers import McpServerState, http_app
 
@@ -33,17 +33,6 @@ CALLERS = {
     "carol": Identity("carol", "acme", "Carol", "carol@acme.test", hashlib.sha256(b"carol").hexdigest()),
     "bob": Identity("bob", "umbrella", "Bob", "bob@umbrella.test", hashlib.sha256(b"bob").hexdigest()),
 }
-
-
-async def authenticate(request: Request) -> Identity:
-    identity = CALLERS.get(request.headers.get("authorization", "").removeprefix("Bearer "))
-    if identity is None:
-        raise Unauthorized("unknown caller")
-    return identity
-
-
-def http(who: str) -> httpx2.AsyncClient:
-    return httpx2.AsyncClient(headers={"Authorization": f"Bearer {who}"}, timeout=30)
 
 
 @dataclass
@@ -57,7 +46,7 @@ class World:
     server: ServerThread
 
     async def call(self, who: str, method: str, path: str, body: Any = None) -> httpx2.Response:
-        async with http(who) as client:
+        async with mcp_http(who) as client:
             return await client.request(method, f"{self.url}{path}", json=body)
 
     async def connection(self, who: str, server: str, connection_id: str = "gh", **fields: Any) -> httpx2.Response:
@@ -66,7 +55,7 @@ class World:
 
     @contextlib.asynccontextmanager
     async def mcp(self, who: str, path: str = "/mcp") -> AsyncIterator[Client]:
-        async with Client(streamable_http_client(f"{self.url}{path}", http_client=http(who))) as client:
+        async with Client(streamable_http_client(f"{self.url}{path}", http_client=mcp_http(who))) as client:
             yield client
 
 
@@ -81,7 +70,7 @@ def world(tmp_path: Path) -> Iterator[World]:
     a, b = McpServerState(), McpServerState()
     with serve(http_app(a, legacy_only=True)) as server_a, serve(http_app(b, legacy_only=True)) as server_b:
         config = BridgeConfig.model_validate({"database": "ids.db", "apiEndpointAllowPrivate": ["127.0.0.0/8"]})
-        app = bridge_app(config, tmp_path, authenticate=authenticate)
+        app = bridge_app(config, tmp_path, authenticate=authenticate_by_name(CALLERS))
         with serve(app.app) as bridge:
             yield World(bridge.url, app, a, b, server_a.url, server_b.url, bridge)
 
@@ -217,7 +206,7 @@ async def test_a_bridge_session_is_bound_to_the_bridge_not_to_the_id_it_was_open
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
     ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
-    async with http("alice") as client:
+    async with mcp_http("alice") as client:
         opened = await client.post(f"{world.url}/mcp/b1", json=init, headers=headers)
         session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
         before = await client.post(f"{world.url}/mcp/b1", json=ping, headers=session)
