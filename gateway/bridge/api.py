@@ -213,7 +213,8 @@ class BridgeApi:
                 f"started from version {exc.expected}); GET it again, redo the edit, and save with If-Match: "
                 f"{_etag(exc.current)}"
             ) from None
-        shape = {"owner": bridge.owner, "nodes": len(graph.nodes), "edges": len(graph.edges), "pipelines": [p.name for p in graph.pipelines]}
+        shape = {"owner": bridge.owner, "nodes": len(graph.nodes), "edges": len(graph.edges),
+                 "pipelines": [p.name for p in graph.pipelines]}
         self._record(change_record(caller, "bridge.graph_save", bridge.id, shape, started))
         return JSONResponse(graph.dump(), headers={"etag": _etag(version)})
 
