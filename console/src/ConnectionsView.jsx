@@ -1,6 +1,6 @@
 // C2: the connections and bridges of the account and its org — list, create, edit, delete.
 import { useCallback, useEffect, useState } from "react";
-import { api, owners } from "./api.js";
+import { api, itemPath, owners } from "./api.js";
 
 function Field({ label, children }) {
   return <label className="field"><span>{label}</span>{children}</label>;
@@ -16,6 +16,7 @@ function OwnerSelect({ value, onChange, name }) {
 
 const blankConnection = () => ({ id: "", endpoint: "", prefix: "", owner: owners()[0], header: "", secret: "" });
 const blankBridge = () => ({ id: "", owner: owners()[0], connections: [] });
+const editorHash = (b) => `#/bridges/${encodeURIComponent(b.id)}?owner=${encodeURIComponent(b.owner)}`;
 
 export function ConnectionsView() {
   const [connections, setConnections] = useState([]);
@@ -44,7 +45,7 @@ export function ConnectionsView() {
       const body = { endpoint: conn.endpoint };
       if (conn.prefix !== "") body.prefix = conn.prefix;
       if (conn.secret !== "") { body.authHeaderName = conn.header || "Authorization"; body.authSecret = conn.secret; }
-      if (editingConn) await api("PATCH", `/connections/${encodeURIComponent(editingConn)}`, body);
+      if (editingConn) await api("PATCH", itemPath("connections", editingConn.id, editingConn.owner), body);
       else await api("POST", "/connections", { ...body, id: conn.id, owner: conn.owner });
       setConn(blankConnection()); setEditingConn(null);
     });
@@ -52,7 +53,7 @@ export function ConnectionsView() {
   const saveBridge = (e) => {
     e.preventDefault();
     act(async () => {
-      if (editingBridge) await api("PATCH", `/bridges/${encodeURIComponent(editingBridge)}`, { connections: bridge.connections });
+      if (editingBridge) await api("PATCH", itemPath("bridges", editingBridge.id, editingBridge.owner), { connections: bridge.connections });
       else await api("POST", "/bridges", bridge);
       setBridge(blankBridge()); setEditingBridge(null);
     });
@@ -70,12 +71,12 @@ export function ConnectionsView() {
           <thead><tr><th>id</th><th>owner</th><th>endpoint</th><th>prefix</th><th>credential</th><th>source</th><th></th></tr></thead>
           <tbody>
             {connections.map((c) => (
-              <tr key={c.id} data-id={c.id}>
+              <tr key={`${c.owner} ${c.id}`} data-id={c.id} data-owner={c.owner}>
                 <td>{c.id}</td><td>{c.owner}</td><td>{c.endpoint}</td><td>{c.prefix}</td>
                 <td>{c.authHeaderName ? `${c.authHeaderName}: (set, never shown)` : "none"}</td><td>{c.source}</td>
                 <td>{c.source === "api" && <>
-                  <button onClick={() => { setEditingConn(c.id); setConn({ id: c.id, endpoint: c.endpoint, prefix: c.prefix, owner: c.owner, header: c.authHeaderName || "", secret: "" }); }}>Edit</button>
-                  <button onClick={() => act(() => api("DELETE", `/connections/${encodeURIComponent(c.id)}`))}>Delete</button>
+                  <button onClick={() => { setEditingConn(c); setConn({ id: c.id, endpoint: c.endpoint, prefix: c.prefix, owner: c.owner, header: c.authHeaderName || "", secret: "" }); }}>Edit</button>
+                  <button onClick={() => act(() => api("DELETE", itemPath("connections", c.id, c.owner)))}>Delete</button>
                 </>}</td>
               </tr>
             ))}
@@ -99,14 +100,14 @@ export function ConnectionsView() {
           <thead><tr><th>id</th><th>owner</th><th>connections</th><th>MCP endpoint</th><th>source</th><th></th></tr></thead>
           <tbody>
             {bridges.map((b) => (
-              <tr key={b.id} data-id={b.id}>
-                <td><a href={`#/bridges/${encodeURIComponent(b.id)}`}>{b.id}</a></td><td>{b.owner}</td>
+              <tr key={`${b.owner} ${b.id}`} data-id={b.id} data-owner={b.owner}>
+                <td><a href={editorHash(b)}>{b.id}</a></td><td>{b.owner}</td>
                 <td>{b.connections.join(", ")}</td><td><code>/mcp/{b.id}</code></td><td>{b.source}</td>
                 <td>
-                  <a className="button" href={`#/bridges/${encodeURIComponent(b.id)}`}>Edit graph</a>
+                  <a className="button" href={editorHash(b)}>Edit graph</a>
                   {b.source === "api" && <>
-                    <button onClick={() => { setEditingBridge(b.id); setBridge({ id: b.id, owner: b.owner, connections: b.connections }); }}>Edit</button>
-                    <button onClick={() => act(() => api("DELETE", `/bridges/${encodeURIComponent(b.id)}`))}>Delete</button>
+                    <button onClick={() => { setEditingBridge(b); setBridge({ id: b.id, owner: b.owner, connections: b.connections }); }}>Edit</button>
+                    <button onClick={() => act(() => api("DELETE", itemPath("bridges", b.id, b.owner)))}>Delete</button>
                   </>}
                 </td>
               </tr>
@@ -117,8 +118,8 @@ export function ConnectionsView() {
           <Field label="id"><input name="bridge-id" value={bridge.id} disabled={!!editingBridge} required onChange={(e) => setBridge({ ...bridge, id: e.target.value })} /></Field>
           {!editingBridge && <Field label="owner"><OwnerSelect name="bridge-owner" value={bridge.owner} onChange={(owner) => setBridge({ ...bridge, owner })} /></Field>}
           <fieldset><legend>connections</legend>
-            {connections.map((c) => (
-              <label key={c.id} className="check"><input type="checkbox" name={`bridge-conn-${c.id}`} checked={bridge.connections.includes(c.id)} onChange={() => toggle(c.id)} />{c.id}</label>
+            {[...new Set(connections.map((c) => c.id))].map((id) => (  // a bridge names connections by id
+              <label key={id} className="check"><input type="checkbox" name={`bridge-conn-${id}`} checked={bridge.connections.includes(id)} onChange={() => toggle(id)} />{id}</label>
             ))}
           </fieldset>
           <button type="submit">{editingBridge ? "Save bridge" : "Add bridge"}</button>

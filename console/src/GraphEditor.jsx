@@ -4,7 +4,7 @@ import {
   Background, Controls, Handle, Position, ReactFlow, ReactFlowProvider, addEdge,
   useEdgesState, useNodesInitialized, useNodesState, useReactFlow, useUpdateNodeInternals,
 } from "@xyflow/react";
-import { api } from "./api.js";
+import { api, itemPath } from "./api.js";
 import { ARROW, IN, OUT, closesCycle, drawable, freshId, fromFlow, toFlow } from "./graph.js";
 
 const DEFAULT_PORTS = {
@@ -132,7 +132,7 @@ function Pipelines({ pipelines, setPipelines, nodes, problemsOf }) {
   );
 }
 
-function TryPanel({ bridgeId, pipelines, nodes }) {
+function TryPanel({ bridgeId, owner, pipelines, nodes }) {
   const [name, setName] = useState("");
   const [args, setArgs] = useState("{}");
   const [result, setResult] = useState(null);
@@ -145,7 +145,7 @@ function TryPanel({ bridgeId, pipelines, nodes }) {
     e.preventDefault();
     setResult(null);
     try {
-      const answer = await api("POST", `/bridges/${encodeURIComponent(bridgeId)}/run`, { name: chosen.name, arguments: JSON.parse(args) });
+      const answer = await api("POST", itemPath("bridges", bridgeId, owner, "/run"), { name: chosen.name, arguments: JSON.parse(args) });
       setResult(answer);
     } catch (err) {
       setResult({ isError: true, text: err.message });
@@ -165,7 +165,7 @@ function TryPanel({ bridgeId, pipelines, nodes }) {
   );
 }
 
-function Editor({ bridgeId }) {
+function Editor({ bridgeId, owner }) {
   const [bridge, setBridge] = useState(null);
   const [nodes, setNodes, onNodesChange] = useNodesState([]);
   const [edges, setEdges, onEdgesChange] = useEdgesState([]);
@@ -183,21 +183,23 @@ function Editor({ bridgeId }) {
   const toolCache = useMemo(() => new Map(), []);
 
   useEffect(() => {
-    Promise.all([api("GET", `/bridges/${encodeURIComponent(bridgeId)}`), api("GET", `/bridges/${encodeURIComponent(bridgeId)}/graph`)])
+    Promise.all([api("GET", itemPath("bridges", bridgeId, owner)), api("GET", itemPath("bridges", bridgeId, owner, "/graph"))])
       .then(([b, g]) => {
         const loaded = toFlow(g);
         setFit(loaded.nodes.length > 0);
         setBridge(b); setNodes(loaded.nodes); setEdges(loaded.edges); setPipelines(loaded.pipelines);
       })
       .catch((e) => setStatus({ error: true, text: e.message }));
-  }, [bridgeId, setNodes, setEdges]);
+  }, [bridgeId, owner, setNodes, setEdges]);
 
   const toolsOf = useCallback((connectionId) => {
     if (!toolCache.has(connectionId)) {
-      toolCache.set(connectionId, api("GET", `/connections/${encodeURIComponent(connectionId)}/tools`).then((r) => r.data));
+      // an org bridge names the org's connections only; a user's, the user's own before the org's
+      const among = bridge?.owner.startsWith("org:") ? bridge.owner : undefined;
+      toolCache.set(connectionId, api("GET", itemPath("connections", connectionId, among, "/tools")).then((r) => r.data));
     }
     return toolCache.get(connectionId);
-  }, [toolCache]);
+  }, [toolCache, bridge?.owner]);
 
   const isValidConnection = useCallback((c) => {
     if (closesCycle(edges, c.source, c.target)) {
@@ -251,9 +253,9 @@ function Editor({ bridgeId }) {
   const save = async () => {
     setStatus(null);
     try {
-      await api("PUT", `/bridges/${encodeURIComponent(bridgeId)}/graph`, fromFlow(nodes, edges, pipelines));
+      await api("PUT", itemPath("bridges", bridgeId, owner, "/graph"), fromFlow(nodes, edges, pipelines));
       markProblems([]);
-      setBridge(await api("GET", `/bridges/${encodeURIComponent(bridgeId)}`));  // its pipelines, as saved
+      setBridge(await api("GET", itemPath("bridges", bridgeId, owner)));  // its pipelines, as saved
       setStatus({ error: false, text: "Saved." });
     } catch (e) {
       markProblems(e.problems || []);
@@ -286,13 +288,13 @@ function Editor({ bridgeId }) {
         <div className="side">
           <Inspector node={selected} connections={bridge.connections} toolsOf={toolsOf} onData={changeSelected} onDelete={deleteSelected} />
           <Pipelines pipelines={pipelines} setPipelines={setPipelines} nodes={nodes} problemsOf={(id) => problemMap.get(id) || []} />
-          <TryPanel bridgeId={bridge.id} pipelines={bridge.pipelines.length ? pipelines.filter((p) => bridge.pipelines.includes(p.name)) : []} nodes={nodes} />
+          <TryPanel bridgeId={bridge.id} owner={owner} pipelines={bridge.pipelines.length ? pipelines.filter((p) => bridge.pipelines.includes(p.name)) : []} nodes={nodes} />
         </div>
       </div>
     </main>
   );
 }
 
-export function GraphEditor({ bridgeId }) {
-  return <ReactFlowProvider><Editor bridgeId={bridgeId} /></ReactFlowProvider>;
+export function GraphEditor({ bridgeId, owner }) {
+  return <ReactFlowProvider><Editor bridgeId={bridgeId} owner={owner} /></ReactFlowProvider>;
 }

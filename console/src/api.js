@@ -28,3 +28,8 @@ export async function api(method, path, body) {
 
 export const owners = () =>
   document.querySelector('meta[name="console-owners"]').content.split(",").filter(Boolean);
+
+// An item's path: ids are per owner, and `?owner=` names the one meant even where the caller's own
+// item of that id would shadow the org's (docs/bridge.md, "Ids are per owner").
+export const itemPath = (kind, id, owner, rest = "") =>
+  `/${kind}/${encodeURIComponent(id)}${rest}${owner ? `?owner=${encodeURIComponent(owner)}` : ""}`;

@@ -18,8 +18,11 @@ function useHash() {
 
 function App() {
   const hash = useHash();
-  const bridge = hash.match(/^#\/bridges\/([^/]+)$/);
-  if (bridge) return <GraphEditor key={bridge[1]} bridgeId={decodeURIComponent(bridge[1])} />;
+  const bridge = hash.match(/^#\/bridges\/([^/?]+)(?:\?owner=([^&]*))?$/);
+  if (bridge) {
+    const owner = bridge[2] === undefined ? undefined : decodeURIComponent(bridge[2]);
+    return <GraphEditor key={hash} bridgeId={decodeURIComponent(bridge[1])} owner={owner} />;
+  }
   if (hash === "#/audit") return <AuditView />;
   return <ConnectionsView />;
 }

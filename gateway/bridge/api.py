@@ -16,7 +16,10 @@
     DELETE /connections/{id}
     GET    /audit                       the caller's audit records (see audit_api)
 
-Another account's bridge or connection answers 404, exactly like one that does not exist.
+Another account's bridge or connection answers 404, exactly like one that does not exist. Ids
+are per owner (tenancy.py): a path's id names the item the caller sees under it (their own before
+their org's; `?owner=<owner>` names one owner's), and a create is refused (409) only for an id
+among what the caller sees.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.bridge.api_support import Authenticate, Conflict, caller_of, json_body, object_body, owner_for, rendered
+from gateway.bridge.api_support import (
+    Authenticate, Conflict, addressed, caller_of, json_body, object_body, owner_for, rendered, visible_bridge,
+)
 from gateway.bridge.audit import AuditWriter
 from gateway.bridge.audit_args import Scrub
 from gateway.bridge.config import BridgeDecl, ConnectionConfig
@@ -42,7 +47,7 @@ from gateway.bridge.naming import prefix_problems
 from gateway.bridge.records import AuditAction, AuditRecord, BridgeRecord, ConnectionRecord
 from gateway.bridge.sealing import Sealer
 from gateway.bridge.store import BridgeStore, GraphConflict
-from gateway.bridge.tenancy import may_hold
+from gateway.bridge.tenancy import may_hold, named, visible_by_id
 from gateway.bridge.upstream import Upstreams
 from gateway.bridge.validation import GraphInvalid, GraphProblem, parse_graph
 from gateway.egress import EgressPolicy
@@ -94,10 +99,7 @@ class BridgeApi:
 
     async def _bridge(self, request: Request) -> tuple[CallerScope, BridgeRecord]:
         caller = await caller_of(request, self._auth)
-        bridge_id = request.path_params["bridge_id"]
-        bridge = await self._store.get_bridge(bridge_id)
-        if bridge is None or bridge.owner not in caller.owners:
-            raise NotFound(f"bridge {bridge_id} not found")
+        bridge = await visible_bridge(self._store, addressed(request, caller.owners), request.path_params["bridge_id"])
         return caller, bridge
 
     async def list_bridges(self, request: Request) -> Response:
@@ -114,7 +116,7 @@ class BridgeApi:
             decl = BridgeDecl.model_validate({**data, "owner": owner_for(caller, data.get("owner"))})
         except ValidationError as exc:
             raise BadRequest(_first_error(exc)) from None
-        if await self._store.get_bridge(decl.id) is not None:
+        if await self._store.find_bridges(caller.owners, decl.id):  # only what the caller sees (tenancy.py)
             raise Conflict(f"bridge id {decl.id} is taken")
         await self._check_members(caller, decl)
         record = BridgeRecord(decl.id, decl.owner, tuple(decl.connections), "api")
@@ -125,17 +127,19 @@ class BridgeApi:
 
     async def _check_members(self, caller: CallerScope, decl: BridgeDecl) -> None:
         """The connections of a new or changed bridge: the caller's, the owner's to hold, no name clash."""
-        mine = {c.id: c for c in await self._store.list_connections(caller.owners)}
+        seen = await self._store.list_connections(caller.owners)
+        mine = visible_by_id(seen, caller.owners)
         unknown = [c for c in decl.connections if c not in mine]
         if unknown:
             raise BadRequest(f"unknown connection(s): {', '.join(unknown)}")
-        foreign = [c for c in decl.connections if not may_hold(decl.owner, mine[c].owner)]
+        held = visible_by_id((c for c in seen if may_hold(decl.owner, c.owner)), caller.owners)  # the owner's view
+        foreign = [c for c in decl.connections if c not in held]
         if foreign:
             raise BadRequest(
                 f"bridge {decl.id} belongs to {decl.owner}: it may hold only that org's connections, "
                 f"not {', '.join(foreign)} (every member of the org can call it and edit its graph)"
             )
-        members = [(c.id, c.owner, c.name_prefix) for c in (mine[i] for i in decl.connections)]
+        members = [(c.id, c.owner, c.name_prefix) for c in (held[i] for i in decl.connections)]
         clashes = prefix_problems(members, same_caller=True)
         if clashes:
             raise BadRequest(f"tool names could collide: {'; '.join(clashes)}")
@@ -154,13 +158,14 @@ class BridgeApi:
         await self._check_members(caller, decl)
         record = BridgeRecord(bridge.id, bridge.owner, tuple(decl.connections), "api")
         await self._store.upsert_bridge(record)
-        self._record(change_record(caller, "bridge.update", record.id, {"connections": list(record.connections)}, started))
+        args = {"owner": record.owner, "connections": list(record.connections)}
+        self._record(change_record(caller, "bridge.update", record.id, args, started))
         return JSONResponse(record.public())
 
     async def get_bridge(self, request: Request) -> Response:
         """GET /bridges/{id}: one bridge with its pipeline names."""
         _, bridge = await self._bridge(request)
-        data = await self._store.load_graph(bridge.id)
+        data = await self._store.load_graph(bridge.key)
         names = [p.name for p in Graph.model_validate(data).pipelines] if data else []
         return JSONResponse({**bridge.public(), "pipelines": names, "mcpPath": f"/mcp/{bridge.id}"})
 
@@ -170,14 +175,14 @@ class BridgeApi:
         caller, bridge = await self._bridge(request)
         if bridge.source == "config":
             raise Conflict(f"bridge {bridge.id} is declared in the config file; remove it there")
-        await self._store.delete_bridge(bridge.id)
+        await self._store.delete_bridge(bridge.key)
         self._record(change_record(caller, "bridge.delete", bridge.id, {"owner": bridge.owner}, started))
         return Response(status_code=204)
 
     async def get_graph(self, request: Request) -> Response:
         """GET /bridges/{id}/graph: the graph as saved."""
         _, bridge = await self._bridge(request)
-        saved = await self._store.saved_graph(bridge.id)
+        saved = await self._store.saved_graph(bridge.key)
         data = saved.graph if saved is not None else empty_graph().dump()
         return JSONResponse(data, headers={"etag": _etag(saved.version if saved is not None else 0)})
 
@@ -201,14 +206,15 @@ class BridgeApi:
         except GraphInvalid as exc:
             raise GraphRejected(exc) from None
         try:
-            version = await self._store.save_graph(bridge.id, graph.dump(), time.time(), caller.actor_id, expected)
+            version = await self._store.save_graph(bridge.key, graph.dump(), time.time(), caller.actor_id, expected)
         except GraphConflict as exc:
             raise Conflict(
                 f"bridge {bridge.id}: the graph was saved by someone else meanwhile (version {exc.current}; this edit "
                 f"started from version {exc.expected}); GET it again, redo the edit, and save with If-Match: "
                 f"{_etag(exc.current)}"
             ) from None
-        shape = {"nodes": len(graph.nodes), "edges": len(graph.edges), "pipelines": [p.name for p in graph.pipelines]}
+        shape = {"owner": bridge.owner, "nodes": len(graph.nodes), "edges": len(graph.edges),
+                 "pipelines": [p.name for p in graph.pipelines]}
         self._record(change_record(caller, "bridge.graph_save", bridge.id, shape, started))
         return JSONResponse(graph.dump(), headers={"etag": _etag(version)})
 
@@ -228,7 +234,7 @@ class BridgeApi:
         except ValidationError as exc:
             raise BadRequest(_first_error(exc)) from None
         self._check_endpoint(decl.endpoint)
-        if await self._store.get_connection(decl.id) is not None:
+        if await self._store.find_connections(caller.owners, decl.id):  # only what the caller sees (tenancy.py)
             raise Conflict(f"connection id {decl.id} is taken")
         made = [c for c in await self._store.list_connections((decl.owner,)) if c.source == "api" and c.owner == decl.owner]
         if len(made) >= self._limits.connectionsPerOwner:
@@ -242,7 +248,7 @@ class BridgeApi:
             raise Conflict(f"tool names could collide: {'; '.join(clashes)}")
         record = ConnectionRecord(decl.id, decl.owner, decl.endpoint, header, sealed, source="api", prefix=decl.prefix)
         await self._store.upsert_connection(record)
-        self._upstreams.forget(record.id)  # callers' cached connection lists now lack it (federation.py)
+        self._upstreams.forget(record.key)  # callers' cached connection lists now lack it (federation.py)
         args = {"owner": record.owner, **({"credential": "written"} if header is not None else {})}
         self._record(change_record(caller, "connection.create", record.id, args, started))
         return JSONResponse(record.public(), status_code=201)
@@ -276,9 +282,10 @@ class BridgeApi:
     async def _made_connection(self, request: Request, verb: str) -> tuple[CallerScope, ConnectionRecord]:
         """The caller's connection of the path, made through the API (404 for another's, 409 for the YAML's)."""
         caller = await caller_of(request, self._auth)
-        conn = await self._store.get_connection(request.path_params["connection_id"])
-        if conn is None or conn.owner not in caller.owners:
-            raise NotFound(f"connection {request.path_params['connection_id']} not found")
+        connection_id, owners = request.path_params["connection_id"], addressed(request, caller.owners)
+        conn = named(await self._store.find_connections(owners, connection_id), owners, connection_id)
+        if conn is None:
+            raise NotFound(f"connection {connection_id} not found")
         if conn.source == "config":
             raise Conflict(f"connection {conn.id} is declared in the config file; {verb} it there")
         return caller, conn
@@ -301,13 +308,13 @@ class BridgeApi:
         except ValidationError as exc:
             raise BadRequest(_first_error(exc)) from None
         self._check_endpoint(decl.endpoint)
-        seen = [(c.id, c.owner, c.name_prefix) for c in await self._store.list_connections(caller.owners) if c.id != conn.id]
+        seen = [(c.id, c.owner, c.name_prefix) for c in await self._store.list_connections(caller.owners) if c.key != conn.key]
         clashes = [p for p in prefix_problems([*seen, (decl.id, decl.owner, decl.name_prefix)]) if decl.id in p]
         if clashes:
             raise Conflict(f"tool names could collide: {'; '.join(clashes)}")
         record = ConnectionRecord(conn.id, conn.owner, decl.endpoint, header, sealed, source="api", prefix=decl.prefix)
         await self._store.upsert_connection(record)
-        self._upstreams.forget(conn.id)
+        self._upstreams.forget(conn.key)
         changed = sorted({*data, *(CREDENTIAL_FIELDS if sealed != conn.auth_secret else ())})
         self._record(change_record(caller, "connection.update", conn.id, {"owner": conn.owner, "fields": changed}, started))
         return JSONResponse(record.public())
@@ -316,8 +323,8 @@ class BridgeApi:
         """DELETE /connections/{id}: remove an API-made connection."""
         started = time.perf_counter()
         caller, conn = await self._made_connection(request, "remove")
-        await self._store.delete_connection(conn.id)
-        self._upstreams.forget(conn.id)
+        await self._store.delete_connection(conn.key)
+        self._upstreams.forget(conn.key)
         self._record(change_record(caller, "connection.delete", conn.id, {"owner": conn.owner}, started))
         return Response(status_code=204)
 

@@ -12,7 +12,10 @@ from starlette.responses import Response
 from gateway.api.body import parse_json, read_body
 from gateway.bridge.audit_args import Scrub
 from gateway.bridge.federation import CallerScope, owners_of
-from gateway.errors import BadRequest, Forbidden, GatewayError, error_response
+from gateway.bridge.records import BridgeRecord
+from gateway.bridge.store import BridgeStore
+from gateway.bridge.tenancy import named
+from gateway.errors import BadRequest, Forbidden, GatewayError, NotFound, error_response
 from gateway.identity import Identity
 
 Authenticate = Callable[[Request], Awaitable[Identity]]
@@ -71,3 +74,23 @@ def owner_for(caller: CallerScope, requested: Any) -> str:
     if not isinstance(requested, str) or requested not in caller.owners:
         raise Forbidden(f"you cannot create things for owner {requested!r}; yours: {', '.join(caller.owners)}")
     return requested
+
+
+async def visible_bridge(store: BridgeStore, owners: tuple[str, ...], bridge_id: str) -> BridgeRecord:
+    """The bridge `bridge_id` names for a caller acting for `owners` (tenancy.py: their own before
+    their org's); another account's, like a missing one, is not found."""
+    bridge = named(await store.find_bridges(owners, bridge_id), owners, bridge_id)
+    if bridge is None:
+        raise NotFound(f"bridge {bridge_id} not found")
+    return bridge
+
+
+def addressed(request: Request, owners: tuple[str, ...]) -> tuple[str, ...]:
+    """The owners an item's path resolves its id among: the caller's (their own item before their
+    org's, tenancy.py), or with `?owner=` only that one — how a caller names the org's item that
+    an item of their own with the same id shadows. An owner the caller does not act for finds
+    nothing (404, like any item of another account)."""
+    owner = request.query_params.get("owner")
+    if owner is None:
+        return owners
+    return (owner,) if owner in owners else ()

@@ -5,10 +5,13 @@
 
 A run goes through the same handler as a `tools/call` on `/mcp/<bridgeId>`: the same scope, limits,
 secret scrubbing and audit record (`mcp.pipeline_call`, scope `bridge:<id>`). Another account's
-bridge or connection answers 404, like one that does not exist.
+bridge or connection answers 404, like one that does not exist; `?owner=` names one owner's
+item of an id, as on the CRUD routes (api_support.addressed).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from typing import Any
 
@@ -17,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.bridge.api_support import Authenticate, caller_of, json_body, object_body, rendered
+from gateway.bridge.api_support import Authenticate, addressed, caller_of, json_body, object_body, rendered, visible_bridge
 from gateway.bridge.audit_args import Scrub
 from gateway.bridge.federation import CallerScope, Federation
 from gateway.bridge.handlers import BridgeHandlers
@@ -51,7 +54,8 @@ class EditorApi:
         """GET /connections/{id}/tools: names, descriptions and input schemas, as the connection lists them."""
         caller = await caller_of(request, self._auth)
         connection_id = request.path_params["connection_id"]
-        conn = await self._federation.connection(caller, connection_id)
+        scope = dataclasses.replace(caller, owners=addressed(request, caller.owners))
+        conn = await self._federation.connection(scope, connection_id)
         if conn is None:
             raise NotFound(f"connection {connection_id} not found")
         try:
@@ -67,9 +71,7 @@ class EditorApi:
         (<tool>) failed`) — either way `200` with `isError`, as an MCP client would read it."""
         caller = await caller_of(request, self._auth)
         bridge_id = request.path_params["bridge_id"]
-        bridge = await self._store.get_bridge(bridge_id)
-        if bridge is None or bridge.owner not in caller.owners:
-            raise NotFound(f"bridge {bridge_id} not found")
+        bridge = await visible_bridge(self._store, addressed(request, caller.owners), bridge_id)
         data = object_body(await json_body(request), {"name", "arguments"})
         name, arguments = data.get("name"), data.get("arguments", {})
         if not isinstance(name, str) or not isinstance(arguments, dict):

@@ -27,15 +27,16 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway.api.body import read_body
-from gateway.bridge.api_support import MAX_BODY_BYTES
+from gateway.bridge.api_support import MAX_BODY_BYTES, addressed, visible_bridge
 from gateway.bridge.audit_args import Scrub
 from gateway.bridge.federation import CallerScope, owners_of
 from gateway.bridge.handlers import BridgeHandlers
 from gateway.bridge.limits import BridgeLimits
 from gateway.bridge.offerings import Offerings
+from gateway.bridge.records import ItemKey
 from gateway.bridge.sessions import Binding, SessionTable, TooManyOpening, caller_key
 from gateway.bridge.store import BridgeStore
-from gateway.errors import GatewayError, NotFound, PayloadTooLarge, Unavailable, error_response
+from gateway.errors import GatewayError, PayloadTooLarge, Unavailable, error_response
 from gateway.identity import Identity
 
 log = logging.getLogger("toolgate.bridge.endpoint")
@@ -149,9 +150,11 @@ def build_manager(server: Server[Any], allowed_hosts: list[str], max_sessions: i
     )
 
 
-def _binding(identity: Identity, bridge_id: str | None) -> Binding:
-    """Who a session belongs to: the caller (`caller_key`) and the bridge it was opened on."""
-    return (*caller_key(identity), bridge_id)
+def _binding(identity: Identity, bridge: ItemKey | None) -> Binding:
+    """Who a session belongs to: the caller (`caller_key`) and the bridge it was opened on, by
+    (owner, id): should the id the caller typed name another bridge later (tenancy.py), the
+    session is not that bridge's."""
+    return (*caller_key(identity), bridge)
 
 
 class McpEndpoint:
@@ -178,7 +181,7 @@ class McpEndpoint:
         request = Request(scope, receive)
         try:
             identity = await self._authenticate(request)
-            caller = await self._caller(identity, scope.get("path_params", {}).get("bridge_id"))
+            caller = await self._caller(identity, request, scope.get("path_params", {}).get("bridge_id"))
         except GatewayError as exc:
             await error_response(exc, self._scrub)(scope, receive, send)
             return
@@ -191,7 +194,7 @@ class McpEndpoint:
             except GatewayError as exc:
                 await error_response(exc, self._scrub)(scope, receive, send)
                 return
-        binding = _binding(identity, caller.bridge.id if caller.bridge else None)
+        binding = _binding(identity, caller.bridge.key if caller.bridge else None)
         session_id = request.headers.get(MCP_SESSION_ID_HEADER)
         if session_id is not None:
             # Every session is minted through here, so an id we do not hold is foreign, expired or forgotten.
@@ -237,13 +240,11 @@ class McpEndpoint:
         manager = self.manager
         return manager is not None and _alive_in(manager)(session_id)
 
-    async def _caller(self, identity: Identity, bridge_id: str | None) -> CallerScope:
+    async def _caller(self, identity: Identity, request: Request, bridge_id: str | None) -> CallerScope:
         owners = owners_of(identity)
         if bridge_id is None:
             return CallerScope(identity, owners)
-        bridge = await self._store.get_bridge(bridge_id)
-        if bridge is None or bridge.owner not in owners:
-            raise NotFound(f"bridge {bridge_id} not found")
+        bridge = await visible_bridge(self._store, addressed(request, owners), bridge_id)  # ?owner= as on the REST API
         return CallerScope(identity, owners, bridge)
 
     def _watch(self, send: Send, session_id: str | None, binding: Binding, method: str, minted: list[str]) -> Send:

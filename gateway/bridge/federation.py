@@ -14,7 +14,7 @@ import mcp_types as types
 from gateway.bridge.naming import SEPARATOR, ToolNameMap, federated_name
 from gateway.bridge.records import BridgeRecord, ConnectionRecord
 from gateway.bridge.store import BridgeStore
-from gateway.bridge.tenancy import usable_in
+from gateway.bridge.tenancy import held_by, visible_by_id
 from gateway.bridge.upstream import Upstreams
 from gateway.identity import Identity
 
@@ -55,7 +55,7 @@ class CallerScope:
 
     @property
     def name(self) -> str:
-        """The audit `scope` field: `federation` or `bridge:<id>`."""
+        """The audit `scope` field: `federation` or `bridge:<id>` (the id as the caller names it)."""
         return "federation" if self.bridge is None else f"bridge:{self.bridge.id}"
 
     @property
@@ -133,11 +133,13 @@ class Federation:
         return self._in_scope(scope, owned), cached
 
     def _in_scope(self, scope: CallerScope, owned: list[ConnectionRecord]) -> list[ConnectionRecord]:
-        visible = [c for c in owned if self._admitted(c)]
+        """One connection per id (the caller's own shadows the org's); for a bridge, its ids in its
+        owner's view (tenancy.py). Then those the allow-list admits."""
         if scope.bridge is None:
-            return visible
-        by_id = {c.id: c for c in visible}
-        return [by_id[c] for c in scope.bridge.connections if c in by_id and usable_in(scope.bridge, by_id[c])]
+            named = list(visible_by_id(owned, scope.owners).values())
+        else:
+            named = held_by(scope.bridge, owned, scope.owners)
+        return [c for c in named if self._admitted(c)]
 
     def _admitted(self, conn: ConnectionRecord) -> bool:
         if conn.source != "api" or self._api_endpoint_allowed(conn.endpoint):

@@ -68,7 +68,7 @@ class BridgeHandlers:
 
     async def _saved(self, scope: CallerScope) -> tuple[Graph | None, str | None]:
         """The saved graph of the scope's bridge and who saved it, in one read of the store."""
-        saved = await self._store.saved_graph(scope.bridge.id) if scope.bridge is not None else None
+        saved = await self._store.saved_graph(scope.bridge.key) if scope.bridge is not None else None
         return (Graph.model_validate(saved.graph), saved.saved_by) if saved is not None else (None, None)
 
     async def list_tools(self, scope: CallerScope) -> list[types.Tool]:
@@ -105,7 +105,8 @@ class BridgeHandlers:
         action: AuditAction = "mcp.tool_call"
         mutating = is_mutating(name.partition("__")[2] or name)
         result = error_result(f"unknown tool: {name}")
-        extra: dict[str, Any] = {}
+        # which bridge, by its owner too: ids are per owner, `scope` names the id as the caller typed it
+        extra: dict[str, Any] = {"$bridge": {"owner": scope.bridge.owner}} if scope.bridge is not None else {}
         try:
             graph, saved_by = await self._saved(scope)
             pipeline = graph.pipeline_named(name) if graph is not None else None
@@ -163,6 +164,7 @@ class BridgeHandlers:
             plan = plan_run(graph, pipeline)
         except PipelineRefused as exc:
             return error_result(str(exc))
+        # the bridge's connections by the ids its graph uses, resolved in its owner's view (tenancy.py)
         connections = {c.id: c for c in await self._federation.connections(scope)}
 
         async def call(connection_id: str, tool: str, args: dict[str, Any]) -> types.CallToolResult:

@@ -59,7 +59,7 @@ def claimed(found: Sequence[tuple[ConnectionRecord, Sequence[T]]], key: Callable
             earlier = named.get(k)
             if earlier is None:
                 named[k] = (conn, item)
-            elif earlier[0].id != conn.id:
+            elif earlier[0].key != conn.key:
                 log.warning("%s %s is offered by connections %s and %s: left out", what, k, earlier[0].id, conn.id)
                 clashing.add(k)
     return {k: v for k, v in named.items() if k not in clashing}

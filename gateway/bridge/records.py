@@ -12,10 +12,25 @@ AuditAction = Literal[
     "connection.create", "connection.update", "connection.delete",
 ]
 AuditStatus = Literal["success", "failure"]
+ItemKey = tuple[str, str]
+"""(owner, id): what tells connections and bridges apart. Ids are per owner (tenancy.py), so every
+store row, cache, pool and binding of one is keyed by both, never by the id alone."""
+
+
+class Owned:
+    """A connection or a bridge: an id unique among its owner's (not across owners)."""
+
+    id: str
+    owner: str
+
+    @property
+    def key(self) -> ItemKey:
+        """(owner, id): unique across owners."""
+        return (self.owner, self.id)
 
 
 @dataclass(frozen=True)
-class ConnectionRecord:
+class ConnectionRecord(Owned):
     """An MCP server a user or org owns (F3). `auth_secret` is a reference (`env:`/`file:`), never a
     value. `prefix` names its tools in the federation (F15): None means its id, "" no prefix."""
 
@@ -45,7 +60,7 @@ class ConnectionRecord:
 
 
 @dataclass(frozen=True)
-class BridgeRecord:
+class BridgeRecord(Owned):
     """A bridge: an id, an owner, and the ids of the connections it federates."""
 
     id: str

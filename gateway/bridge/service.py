@@ -135,7 +135,7 @@ class BridgeService:
                 conn.id, conn.owner, conn.endpoint, conn.authHeaderName, conn.authSecret, "config", conn.prefix
             )
             await self.store.upsert_connection(record)
-            self.upstreams.forget(conn.id)
+            self.upstreams.forget(record.key)
         for bridge in self.config.bridges:
             await self.store.upsert_bridge(BridgeRecord(bridge.id, bridge.owner, tuple(bridge.connections), "config"))
         log.info("bridge: %d connection(s), %d bridge(s) from the config", len(self.config.connections), len(self.config.bridges))

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from gateway.identity import Identity
 
-Binding = tuple[str | None, ...]
-"""(kind, caller key, org, bridge id): who opened a session and on which door."""
+Binding = tuple[str | tuple[str, str] | None, ...]
+"""(kind, caller key, org, bridge (owner, id)): who opened a session and on which door."""
 
 
 def caller_key(identity: Identity) -> Binding:

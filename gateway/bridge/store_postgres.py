@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, SavedGraph
+from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, ItemKey, SavedGraph
 from gateway.bridge.store import GraphConflict, StoreUnavailable, audit_filters, audit_from_row, bridge_from_row
 
 log = logging.getLogger("toolgate.bridge.store")
@@ -71,8 +71,19 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON connections, bridges, graphs TO PUBLIC;
 GRANT SELECT, INSERT ON audit TO PUBLIC;
 GRANT SELECT ON toolgate_schema TO PUBLIC;
 """),
+    (2, """
+ALTER TABLE connections DROP CONSTRAINT connections_pkey, ADD PRIMARY KEY (owner, id);
+ALTER TABLE bridges DROP CONSTRAINT bridges_pkey, ADD PRIMARY KEY (owner, id);
+ALTER TABLE graphs ADD COLUMN bridge_owner TEXT;
+UPDATE graphs SET bridge_owner = bridges.owner FROM bridges WHERE bridges.id = graphs.bridge_id;
+UPDATE graphs SET bridge_owner = '' WHERE bridge_owner IS NULL;
+ALTER TABLE graphs ALTER COLUMN bridge_owner SET NOT NULL, DROP CONSTRAINT graphs_pkey,
+    ADD PRIMARY KEY (bridge_owner, bridge_id);
+"""),
 )
-"""(version, SQL). Never edit a shipped step: add the next one. The grants go to PUBLIC, i.e. every
+"""(version, SQL). Never edit a shipped step: add the next one. Step 2 makes ids per owner
+(tenancy.py): connections and bridges unique by (owner, id), a graph by its bridge's (owner, id)
+(ids were global before, so each graph takes the owner of the one bridge of its id). The grants go to PUBLIC, i.e. every
 role that may connect to the database (docs/deploy.md: grant CONNECT to the gateway's role only)."""
 
 LATEST = MIGRATIONS[-1][0]
@@ -189,105 +200,130 @@ class PostgresStore:
         return value
 
     async def upsert_connection(self, record: ConnectionRecord) -> None:
-        """Insert or replace a connection."""
+        """Insert or replace a connection (store.py: a config-declared one moves)."""
         sql = (
             "INSERT INTO connections (id, owner, endpoint, auth_header_name, auth_secret, source, prefix)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner,"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (owner, id) DO UPDATE SET"
             " endpoint = EXCLUDED.endpoint, auth_header_name = EXCLUDED.auth_header_name,"
             " auth_secret = EXCLUDED.auth_secret, source = EXCLUDED.source, prefix = EXCLUDED.prefix"
         )
         row = (record.id, record.owner, record.endpoint, record.auth_header_name, record.auth_secret, record.source,
                record.prefix)
-        await self._run(lambda db: db.execute(sql, *row))
 
-    async def get_connection(self, connection_id: str) -> ConnectionRecord | None:
-        """One connection by id, whoever owns it."""
+        async def upsert(db: asyncpg.Connection) -> None:
+            async with db.transaction():
+                if record.source == "config":
+                    await db.execute("DELETE FROM connections WHERE id = $1 AND source = 'config' AND owner <> $2",
+                                     record.id, record.owner)
+                await db.execute(sql, *row)
+
+        await self._run(upsert)
+
+    async def find_connections(self, owners: Sequence[str], connection_id: str) -> list[ConnectionRecord]:
+        """The connections of that id owned by any of `owners`."""
         sql = ("SELECT id, owner, endpoint, auth_header_name, auth_secret, source, prefix"
-               " FROM connections WHERE id = $1")
-        row = await self._read(("get_connection", connection_id), lambda db: db.fetchrow(sql, connection_id))
-        return ConnectionRecord(*row) if row is not None else None
+               " FROM connections WHERE id = $1 AND owner = ANY($2::text[])")
+        rows = await self._read(("find_connections", tuple(owners), connection_id),
+                                lambda db: db.fetch(sql, connection_id, list(owners)))
+        return [ConnectionRecord(*row) for row in rows]
 
     async def list_connections(self, owners: Sequence[str]) -> list[ConnectionRecord]:
         """Connections owned by any of `owners`, by id."""
         sql = ("SELECT id, owner, endpoint, auth_header_name, auth_secret, source, prefix"
-               " FROM connections WHERE owner = ANY($1::text[]) ORDER BY id")
+               " FROM connections WHERE owner = ANY($1::text[]) ORDER BY id, owner")
         rows = await self._read(("list_connections", tuple(owners)), lambda db: db.fetch(sql, list(owners)))
         return [ConnectionRecord(*row) for row in rows]
 
-    async def delete_connection(self, connection_id: str) -> bool:
+    async def delete_connection(self, key: ItemKey) -> bool:
         """Remove a connection; True if it existed."""
-        status = await self._run(lambda db: db.execute("DELETE FROM connections WHERE id = $1", connection_id))
+        status = await self._run(lambda db: db.execute("DELETE FROM connections WHERE owner = $1 AND id = $2", *key))
         return _count(status) > 0
 
     async def upsert_bridge(self, record: BridgeRecord) -> None:
-        """Insert or replace a bridge (its graph is kept)."""
+        """Insert or replace a bridge (its graph is kept; store.py: a config-declared one moves)."""
         sql = (
-            "INSERT INTO bridges (id, owner, connections, source) VALUES ($1, $2, $3, $4) ON CONFLICT (id)"
-            " DO UPDATE SET owner = EXCLUDED.owner, connections = EXCLUDED.connections, source = EXCLUDED.source"
+            "INSERT INTO bridges (id, owner, connections, source) VALUES ($1, $2, $3, $4) ON CONFLICT (owner, id)"
+            " DO UPDATE SET connections = EXCLUDED.connections, source = EXCLUDED.source"
         )
         row = (record.id, record.owner, json.dumps(list(record.connections)), record.source)
-        await self._run(lambda db: db.execute(sql, *row))
+        moved = "SELECT owner FROM bridges WHERE id = $1 AND source = 'config' AND owner <> $2"
 
-    async def get_bridge(self, bridge_id: str) -> BridgeRecord | None:
-        """One bridge by id, whoever owns it."""
-        sql = "SELECT id, owner, connections, source FROM bridges WHERE id = $1"
-        row = await self._read(("get_bridge", bridge_id), lambda db: db.fetchrow(sql, bridge_id))
-        return bridge_from_row(row) if row is not None else None
+        async def upsert(db: asyncpg.Connection) -> None:
+            async with db.transaction():
+                if record.source == "config":
+                    await db.execute(
+                        f"UPDATE graphs SET bridge_owner = $2 WHERE bridge_id = $1 AND bridge_owner IN ({moved})"
+                        " AND NOT EXISTS (SELECT 1 FROM graphs WHERE bridge_owner = $2 AND bridge_id = $1)",
+                        record.id, record.owner,
+                    )
+                    await db.execute(f"DELETE FROM graphs WHERE bridge_id = $1 AND bridge_owner IN ({moved})",
+                                     record.id, record.owner)
+                    await db.execute("DELETE FROM bridges WHERE id = $1 AND source = 'config' AND owner <> $2",
+                                     record.id, record.owner)
+                await db.execute(sql, *row)
+
+        await self._run(upsert)
+
+    async def find_bridges(self, owners: Sequence[str], bridge_id: str) -> list[BridgeRecord]:
+        """The bridges of that id owned by any of `owners`."""
+        sql = "SELECT id, owner, connections, source FROM bridges WHERE id = $1 AND owner = ANY($2::text[])"
+        rows = await self._read(("find_bridges", tuple(owners), bridge_id), lambda db: db.fetch(sql, bridge_id, list(owners)))
+        return [bridge_from_row(row) for row in rows]
 
     async def list_bridges(self, owners: Sequence[str]) -> list[BridgeRecord]:
         """Bridges owned by any of `owners`, by id."""
-        sql = "SELECT id, owner, connections, source FROM bridges WHERE owner = ANY($1::text[]) ORDER BY id"
+        sql = "SELECT id, owner, connections, source FROM bridges WHERE owner = ANY($1::text[]) ORDER BY id, owner"
         rows = await self._read(("list_bridges", tuple(owners)), lambda db: db.fetch(sql, list(owners)))
         return [bridge_from_row(row) for row in rows]
 
-    async def delete_bridge(self, bridge_id: str) -> bool:
+    async def delete_bridge(self, key: ItemKey) -> bool:
         """Remove a bridge and its graph; True if it existed."""
 
         async def delete(db: asyncpg.Connection) -> str:
             async with db.transaction():
-                await db.execute("DELETE FROM graphs WHERE bridge_id = $1", bridge_id)
-                return await db.execute("DELETE FROM bridges WHERE id = $1", bridge_id)  # type: ignore[no-any-return]
+                await db.execute(f"DELETE FROM graphs WHERE {_GRAPH}", *key)
+                return await db.execute("DELETE FROM bridges WHERE owner = $1 AND id = $2", *key)  # type: ignore[no-any-return]
 
         return _count(await self._run(delete)) > 0
 
     async def save_graph(
-        self, bridge_id: str, graph: dict[str, Any], updated_at: float, saved_by: str | None = None,
+        self, bridge: ItemKey, graph: dict[str, Any], updated_at: float, saved_by: str | None = None,
         expected_version: int | None = None,
     ) -> int:
         """Replace a bridge's graph whole in one statement; its new version (store.py). Two saves at
         once based on the same version: the row lock orders them, and the second finds the version
         moved on (READ COMMITTED re-reads the row) and is refused."""
-        args = (bridge_id, json.dumps(graph), updated_at, saved_by)
+        args = (*bridge, json.dumps(graph), updated_at, saved_by)
+        insert = ("INSERT INTO graphs (bridge_owner, bridge_id, graph, updated_at, saved_by, version)"
+                  " VALUES ($1, $2, $3, $4, $5, 1) ON CONFLICT (bridge_owner, bridge_id)")
         if expected_version is None:
             sql = (
-                "INSERT INTO graphs (bridge_id, graph, updated_at, saved_by, version) VALUES ($1, $2, $3, $4, 1)"
-                " ON CONFLICT (bridge_id) DO UPDATE SET graph = EXCLUDED.graph, updated_at = EXCLUDED.updated_at,"
+                f"{insert} DO UPDATE SET graph = EXCLUDED.graph, updated_at = EXCLUDED.updated_at,"
                 " saved_by = EXCLUDED.saved_by, version = graphs.version + 1 RETURNING version"
             )
             return await self._run(lambda db: db.fetchval(sql, *args))  # type: ignore[no-any-return]
         if expected_version == 0:
-            sql = ("INSERT INTO graphs (bridge_id, graph, updated_at, saved_by, version) VALUES ($1, $2, $3, $4, 1)"
-                   " ON CONFLICT (bridge_id) DO NOTHING RETURNING version")
+            sql = f"{insert} DO NOTHING RETURNING version"
             version = await self._run(lambda db: db.fetchval(sql, *args))
         else:
-            sql = ("UPDATE graphs SET graph = $2, updated_at = $3, saved_by = $4, version = version + 1"
-                   " WHERE bridge_id = $1 AND version = $5 RETURNING version")
+            sql = (f"UPDATE graphs SET graph = $3, updated_at = $4, saved_by = $5, version = version + 1"
+                   f" WHERE {_GRAPH} AND version = $6 RETURNING version")
             version = await self._run(lambda db: db.fetchval(sql, *args, expected_version))
         if version is None:
-            current = await self._run(lambda db: db.fetchval("SELECT version FROM graphs WHERE bridge_id = $1", bridge_id))
-            raise GraphConflict(bridge_id, expected_version, current or 0)
+            current = await self._run(lambda db: db.fetchval(f"SELECT version FROM graphs WHERE {_GRAPH}", *bridge))
+            raise GraphConflict(bridge, expected_version, current or 0)
         return version  # type: ignore[no-any-return]
 
-    async def saved_graph(self, bridge_id: str) -> SavedGraph | None:
+    async def saved_graph(self, bridge: ItemKey) -> SavedGraph | None:
         """A bridge's graph with its version and editor, or None before the first save."""
-        sql = "SELECT graph, version, saved_by FROM graphs WHERE bridge_id = $1"
-        row = await self._read(("saved_graph", bridge_id), lambda db: db.fetchrow(sql, bridge_id))
+        sql = f"SELECT graph, version, saved_by FROM graphs WHERE {_GRAPH}"
+        row = await self._read(("saved_graph", bridge), lambda db: db.fetchrow(sql, *bridge))
         return SavedGraph(json.loads(row[0]), row[1], row[2]) if row is not None else None
 
-    async def load_graph(self, bridge_id: str) -> dict[str, Any] | None:
+    async def load_graph(self, bridge: ItemKey) -> dict[str, Any] | None:
         """A bridge's graph as saved, or None."""
-        sql = "SELECT graph FROM graphs WHERE bridge_id = $1"
-        text = await self._read(("load_graph", bridge_id), lambda db: db.fetchval(sql, bridge_id))
+        sql = f"SELECT graph FROM graphs WHERE {_GRAPH}"
+        text = await self._read(("load_graph", bridge), lambda db: db.fetchval(sql, *bridge))
         return json.loads(text) if text is not None else None
 
     async def append_audit(self, records: Sequence[AuditRecord]) -> None:
@@ -315,6 +351,9 @@ class PostgresStore:
         )
         rows = await self._run(lambda db: db.fetch(sql, *params))
         return [audit_from_row(row) for row in rows]
+
+
+_GRAPH = "bridge_owner = $1 AND bridge_id = $2"
 
 
 def _count(status: str) -> int:

@@ -13,18 +13,24 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, SavedGraph
+from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, ItemKey, SavedGraph
 from gateway.bridge.store import GraphConflict, audit_filters, audit_from_row, bridge_from_row
 
 T = TypeVar("T")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS connections (
-    id TEXT PRIMARY KEY, owner TEXT NOT NULL, endpoint TEXT NOT NULL,
-    auth_header_name TEXT, auth_secret TEXT, source TEXT NOT NULL, prefix TEXT);
-CREATE TABLE IF NOT EXISTS bridges (
-    id TEXT PRIMARY KEY, owner TEXT NOT NULL, connections TEXT NOT NULL, source TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS graphs (bridge_id TEXT PRIMARY KEY, graph TEXT NOT NULL, updated_at REAL NOT NULL);
+_TABLES = {
+    "connections": """(
+    id TEXT NOT NULL, owner TEXT NOT NULL, endpoint TEXT NOT NULL,
+    auth_header_name TEXT, auth_secret TEXT, source TEXT NOT NULL, prefix TEXT, PRIMARY KEY (owner, id))""",
+    "bridges": """(
+    id TEXT NOT NULL, owner TEXT NOT NULL, connections TEXT NOT NULL, source TEXT NOT NULL, PRIMARY KEY (owner, id))""",
+    "graphs": """(
+    bridge_id TEXT NOT NULL, graph TEXT NOT NULL, updated_at REAL NOT NULL, saved_by TEXT,
+    version INTEGER NOT NULL DEFAULT 1, bridge_owner TEXT NOT NULL, PRIMARY KEY (bridge_owner, bridge_id))""",
+}
+"""Connections, bridges and graphs, unique by (owner, id) (tenancy.py: ids are per owner)."""
+
+_SCHEMA = "".join(f"CREATE TABLE IF NOT EXISTS {name} {columns};\n" for name, columns in _TABLES.items()) + """
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, action TEXT NOT NULL, actor_id TEXT NOT NULL,
     actor_email TEXT, resource TEXT NOT NULL, scope TEXT NOT NULL, mutating INTEGER NOT NULL,
@@ -35,6 +41,23 @@ CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
 CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: DELETE refused'); END;
 """
+
+_REKEY = "".join(
+    f"CREATE TABLE {name}_rekeyed {_TABLES[name]};\nINSERT INTO {name}_rekeyed ({columns}) {select};\n"
+    for name, columns, select in (
+        # graphs first: each takes its bridge's owner (ids were global, so the join finds one at most)
+        ("graphs", "bridge_id, graph, updated_at, saved_by, version, bridge_owner",
+         "SELECT g.bridge_id, g.graph, g.updated_at, g.saved_by, g.version, coalesce(b.owner, '')"
+         " FROM graphs g LEFT JOIN bridges b ON b.id = g.bridge_id"),
+        ("connections", "id, owner, endpoint, auth_header_name, auth_secret, source, prefix",
+         "SELECT id, owner, endpoint, auth_header_name, auth_secret, source, prefix FROM connections"),
+        ("bridges", "id, owner, connections, source", "SELECT id, owner, connections, source FROM bridges"),
+    )
+) + "".join(f"DROP TABLE {name};\nALTER TABLE {name}_rekeyed RENAME TO {name};\n" for name in _TABLES)
+"""A store made when ids were global (unique by id alone) to (owner, id) keys, every row kept."""
+
+_MOVED = "SELECT owner FROM bridges WHERE id = ? AND source = 'config' AND owner <> ?"
+"""The owner a config-declared bridge had before its owner was changed in the YAML."""
 
 
 class SqliteStore:
@@ -56,6 +79,7 @@ class SqliteStore:
             _add_column(db, "connections", "prefix", "TEXT")  # a store made before connections had a name prefix (F15)
             _add_column(db, "graphs", "saved_by", "TEXT")  # a store made before graphs recorded their editor
             _add_column(db, "graphs", "version", "INTEGER NOT NULL DEFAULT 1")  # before saves were versioned (S2)
+            _rekey(db)  # a store made when ids were global
 
         await self._run(create)
 
@@ -80,60 +104,85 @@ class SqliteStore:
         return await asyncio.to_thread(locked)
 
     async def upsert_connection(self, record: ConnectionRecord) -> None:
-        """Insert or replace a connection."""
+        """Insert or replace a connection (store.py: a config-declared one moves)."""
         sql = (
             "INSERT OR REPLACE INTO connections (id, owner, endpoint, auth_header_name, auth_secret, source, prefix)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)"
         )
         row = (record.id, record.owner, record.endpoint, record.auth_header_name, record.auth_secret, record.source,
                record.prefix)
-        await self._run(lambda db: db.execute(sql, row))
 
-    async def get_connection(self, connection_id: str) -> ConnectionRecord | None:
-        """One connection by id, whoever owns it."""
-        rows = await self._run(lambda db: db.execute("SELECT * FROM connections WHERE id = ?", (connection_id,)).fetchall())
-        return ConnectionRecord(*rows[0]) if rows else None
+        def upsert(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute("BEGIN IMMEDIATE")
+                if record.source == "config":
+                    db.execute("DELETE FROM connections WHERE id = ? AND source = 'config' AND owner <> ?",
+                               (record.id, record.owner))
+                db.execute(sql, row)
+
+        await self._run(upsert)
+
+    async def find_connections(self, owners: Sequence[str], connection_id: str) -> list[ConnectionRecord]:
+        """The connections of that id owned by any of `owners`."""
+        sql = f"SELECT * FROM connections WHERE id = ? AND owner IN ({_marks(owners)})"
+        rows = await self._run(lambda db: db.execute(sql, (connection_id, *owners)).fetchall())
+        return [ConnectionRecord(*row) for row in rows]
 
     async def list_connections(self, owners: Sequence[str]) -> list[ConnectionRecord]:
         """Connections owned by any of `owners`, by id."""
-        marks = ",".join("?" * len(owners)) or "NULL"
-        sql = f"SELECT * FROM connections WHERE owner IN ({marks}) ORDER BY id"
+        sql = f"SELECT * FROM connections WHERE owner IN ({_marks(owners)}) ORDER BY id, owner"
         rows = await self._run(lambda db: db.execute(sql, tuple(owners)).fetchall())
         return [ConnectionRecord(*row) for row in rows]
 
-    async def delete_connection(self, connection_id: str) -> bool:
+    async def delete_connection(self, key: ItemKey) -> bool:
         """Remove a connection; True if it existed."""
-        cur = await self._run(lambda db: db.execute("DELETE FROM connections WHERE id = ?", (connection_id,)))
+        cur = await self._run(lambda db: db.execute("DELETE FROM connections WHERE owner = ? AND id = ?", key))
         return cur.rowcount > 0
 
     async def upsert_bridge(self, record: BridgeRecord) -> None:
-        """Insert or replace a bridge (its graph is kept)."""
+        """Insert or replace a bridge (its graph is kept; store.py: a config-declared one moves)."""
         row = (record.id, record.owner, json.dumps(list(record.connections)), record.source)
-        await self._run(lambda db: db.execute("INSERT OR REPLACE INTO bridges VALUES (?, ?, ?, ?)", row))
 
-    async def get_bridge(self, bridge_id: str) -> BridgeRecord | None:
-        """One bridge by id, whoever owns it."""
-        rows = await self._run(lambda db: db.execute("SELECT * FROM bridges WHERE id = ?", (bridge_id,)).fetchall())
-        return bridge_from_row(rows[0]) if rows else None
+        def upsert(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute("BEGIN IMMEDIATE")
+                if record.source == "config":
+                    owner, bridge_id = record.key
+                    db.execute(
+                        f"UPDATE graphs SET bridge_owner = ? WHERE bridge_id = ? AND bridge_owner IN ({_MOVED})"
+                        " AND NOT EXISTS (SELECT 1 FROM graphs WHERE bridge_owner = ? AND bridge_id = ?)",
+                        (owner, bridge_id, bridge_id, owner, owner, bridge_id),
+                    )
+                    db.execute(f"DELETE FROM graphs WHERE bridge_id = ? AND bridge_owner IN ({_MOVED})",
+                               (bridge_id, bridge_id, owner))
+                    db.execute("DELETE FROM bridges WHERE id = ? AND source = 'config' AND owner <> ?", (bridge_id, owner))
+                db.execute("INSERT OR REPLACE INTO bridges (id, owner, connections, source) VALUES (?, ?, ?, ?)", row)
+
+        await self._run(upsert)
+
+    async def find_bridges(self, owners: Sequence[str], bridge_id: str) -> list[BridgeRecord]:
+        """The bridges of that id owned by any of `owners`."""
+        sql = f"SELECT id, owner, connections, source FROM bridges WHERE id = ? AND owner IN ({_marks(owners)})"
+        rows = await self._run(lambda db: db.execute(sql, (bridge_id, *owners)).fetchall())
+        return [bridge_from_row(row) for row in rows]
 
     async def list_bridges(self, owners: Sequence[str]) -> list[BridgeRecord]:
         """Bridges owned by any of `owners`, by id."""
-        marks = ",".join("?" * len(owners)) or "NULL"
-        sql = f"SELECT * FROM bridges WHERE owner IN ({marks}) ORDER BY id"
+        sql = f"SELECT id, owner, connections, source FROM bridges WHERE owner IN ({_marks(owners)}) ORDER BY id, owner"
         rows = await self._run(lambda db: db.execute(sql, tuple(owners)).fetchall())
         return [bridge_from_row(row) for row in rows]
 
-    async def delete_bridge(self, bridge_id: str) -> bool:
+    async def delete_bridge(self, key: ItemKey) -> bool:
         """Remove a bridge and its graph; True if it existed."""
 
         def delete(db: sqlite3.Connection) -> int:
-            db.execute("DELETE FROM graphs WHERE bridge_id = ?", (bridge_id,))
-            return db.execute("DELETE FROM bridges WHERE id = ?", (bridge_id,)).rowcount
+            db.execute("DELETE FROM graphs WHERE bridge_owner = ? AND bridge_id = ?", key)
+            return db.execute("DELETE FROM bridges WHERE owner = ? AND id = ?", key).rowcount
 
         return await self._run(delete) > 0
 
     async def save_graph(
-        self, bridge_id: str, graph: dict[str, Any], updated_at: float, saved_by: str | None = None,
+        self, bridge: ItemKey, graph: dict[str, Any], updated_at: float, saved_by: str | None = None,
         expected_version: int | None = None,
     ) -> int:
         """Replace a bridge's graph (validated by the caller) whole; its new version (store.py)."""
@@ -142,28 +191,29 @@ class SqliteStore:
         def save(db: sqlite3.Connection) -> int:
             with db:
                 db.execute("BEGIN IMMEDIATE")  # the read and the write below are one step for other writers
-                rows = db.execute("SELECT version FROM graphs WHERE bridge_id = ?", (bridge_id,)).fetchall()
+                rows = db.execute(f"SELECT version FROM graphs WHERE {_GRAPH}", bridge).fetchall()
                 current = rows[0][0] if rows else 0
                 if expected_version is not None and expected_version != current:
-                    raise GraphConflict(bridge_id, expected_version, current)
+                    raise GraphConflict(bridge, expected_version, current)
                 db.execute(
-                    "INSERT OR REPLACE INTO graphs (bridge_id, graph, updated_at, saved_by, version) VALUES (?, ?, ?, ?, ?)",
-                    (bridge_id, text, updated_at, saved_by, current + 1),
+                    "INSERT OR REPLACE INTO graphs (bridge_owner, bridge_id, graph, updated_at, saved_by, version)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (*bridge, text, updated_at, saved_by, current + 1),
                 )
                 return current + 1
 
         return await self._run(save)
 
-    async def saved_graph(self, bridge_id: str) -> SavedGraph | None:
+    async def saved_graph(self, bridge: ItemKey) -> SavedGraph | None:
         """A bridge's graph with its version and editor, or None before the first save."""
-        sql = "SELECT graph, version, saved_by FROM graphs WHERE bridge_id = ?"
-        rows = await self._run(lambda db: db.execute(sql, (bridge_id,)).fetchall())
+        sql = f"SELECT graph, version, saved_by FROM graphs WHERE {_GRAPH}"
+        rows = await self._run(lambda db: db.execute(sql, bridge).fetchall())
         return SavedGraph(json.loads(rows[0][0]), rows[0][1], rows[0][2]) if rows else None
 
-    async def load_graph(self, bridge_id: str) -> dict[str, Any] | None:
+    async def load_graph(self, bridge: ItemKey) -> dict[str, Any] | None:
         """A bridge's graph as saved, or None."""
-        sql = "SELECT graph FROM graphs WHERE bridge_id = ?"
-        rows = await self._run(lambda db: db.execute(sql, (bridge_id,)).fetchall())
+        sql = f"SELECT graph FROM graphs WHERE {_GRAPH}"
+        rows = await self._run(lambda db: db.execute(sql, bridge).fetchall())
         return json.loads(rows[0][0]) if rows else None
 
     async def append_audit(self, records: Sequence[AuditRecord]) -> None:
@@ -195,6 +245,26 @@ class SqliteStore:
         params.append(query.limit)
         rows = await self._run(lambda db: db.execute(sql, tuple(params)).fetchall())
         return [audit_from_row(row) for row in rows]
+
+
+_GRAPH = "bridge_owner = ? AND bridge_id = ?"
+
+
+def _marks(values: Sequence[str]) -> str:
+    """Placeholders for `IN (...)` (NULL for none: matches nothing)."""
+    return ",".join("?" * len(values)) or "NULL"
+
+
+def _rekey(db: sqlite3.Connection) -> None:
+    """Bring a store made when ids were global to (owner, id) keys, in one transaction (no-op when done)."""
+    if any(row[1] == "owner" and row[5] for row in db.execute("PRAGMA table_info(connections)").fetchall()):
+        return
+    try:
+        db.executescript("BEGIN IMMEDIATE;\n" + _REKEY + "COMMIT;")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
 
 
 def _add_column(db: sqlite3.Connection, table: str, column: str, kind: str) -> None:

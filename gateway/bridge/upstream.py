@@ -29,7 +29,7 @@ from mcp import MCPError
 from prometheus_client import CollectorRegistry
 
 from gateway.bridge.gate import outbound
-from gateway.bridge.records import ConnectionRecord
+from gateway.bridge.records import ConnectionRecord, ItemKey
 from gateway.bridge.relay import Downstream, Relay
 from gateway.egress import UNUSABLE, EgressPolicy
 from gateway.mcp.connection import ClientFactory, McpConnection, Operation
@@ -129,15 +129,17 @@ class Upstreams:
         self._idle = idle_seconds
         self._metrics = PoolMetrics(registry if registry is not None else CollectorRegistry(), "bridge")
         self.clients = McpClients(MAX_ANSWER_BYTES, egress)
-        self._targets: dict[str, tuple[ConnectionRecord, McpTarget]] = {}
-        self._pools: dict[str, tuple[McpTarget, SessionPool]] = {}
-        self._catalogs: dict[str, tuple[float, McpTarget, Catalog]] = {}
-        self._needs_listing: dict[str, set[str]] = {}
+        # Every key is a connection's (owner, id), never its id alone: ids are per owner (tenancy.py),
+        # so two tenants' `gh` never share a target, a pool (hence a session), a catalog or a relay.
+        self._targets: dict[ItemKey, tuple[ConnectionRecord, McpTarget]] = {}
+        self._pools: dict[ItemKey, tuple[McpTarget, SessionPool]] = {}
+        self._catalogs: dict[ItemKey, tuple[float, McpTarget, Catalog]] = {}
+        self._needs_listing: dict[ItemKey, set[str]] = {}
         """Tools per connection whose server wants Mcp-Param headers: listed before each call."""
         self._closing: set[asyncio.Task[None]] = set()
-        self._relays: weakref.WeakValueDictionary[tuple[str, str], Relay] = weakref.WeakValueDictionary()
+        self._relays: weakref.WeakValueDictionary[tuple[ItemKey, str], Relay] = weakref.WeakValueDictionary()
         """Per pooled session (connection, caller): alive while its session's client holds it."""
-        self._subscribing: dict[tuple[str, str], Relay] = {}
+        self._subscribing: dict[tuple[ItemKey, str], Relay] = {}
         """Relays with resource subscriptions: kept, and their sessions kept open while idle."""
         self.downstream_alive: Callable[[str], bool] = lambda session_id: True
         """Does a caller's Bridge session still exist (set by the service: the endpoint knows)."""
@@ -153,25 +155,25 @@ class Upstreams:
             await asyncio.wait(set(self._closing))
         await self.clients.close()
 
-    def forget(self, connection_id: str) -> None:
+    def forget(self, key: ItemKey) -> None:
         """Drop what is known about a connection (after it was made, changed or deleted); its sessions close."""
         self.changes += 1
-        self._catalogs.pop(connection_id, None)
-        self._needs_listing.pop(connection_id, None)
-        known = self._targets.pop(connection_id, None)
+        self._catalogs.pop(key, None)
+        self._needs_listing.pop(key, None)
+        known = self._targets.pop(key, None)
         if known is not None:
             self.clients.forget(known[1])
-        pooled = self._pools.pop(connection_id, None)
+        pooled = self._pools.pop(key, None)
         if pooled is not None:
             self._in_background(pooled[1].close())
 
     def target(self, conn: ConnectionRecord) -> McpTarget:
         """The layer's target for a connection; the secret is resolved once per record."""
-        known = self._targets.get(conn.id)
+        known = self._targets.get(conn.key)
         if known is not None and known[0] == conn:
             return known[1]
         if known is not None:
-            self.forget(conn.id)
+            self.forget(conn.key)
         auth = None
         guarded = conn.source == "api"  # a caller's endpoint: admitted on every connect (SSRF, egress.py)
         if conn.auth_header_name and conn.auth_secret:
@@ -180,7 +182,7 @@ class Upstreams:
             except Exception:  # a missing variable or file: the call fails, the reference is not shown
                 raise UpstreamCallFailed(f"connection {conn.id}: its credential could not be resolved", guarded=guarded) from None
         target = McpTarget(label=conn.id, endpoint=conn.endpoint, auth_header=auth, timeout=self.timeout, guarded=guarded)
-        self._targets[conn.id] = (conn, target)
+        self._targets[conn.key] = (conn, target)
         return target
 
     def _credential(self, stored: str) -> str:
@@ -191,21 +193,21 @@ class Upstreams:
             raise SealError("bridge.secretKey is not set")
         return self._sealer.open(stored)
 
-    def sessions_open(self, connection_id: str) -> int:
-        """Pooled sessions of a connection open now (all callers)."""
-        pooled = self._pools.get(connection_id)
+    def sessions_open(self, key: ItemKey) -> int:
+        """Pooled sessions of a connection (owner, id) open now (all callers)."""
+        pooled = self._pools.get(key)
         return pooled[1].size if pooled is not None else 0
 
     async def catalog(self, conn: ConnectionRecord) -> Catalog:
         """What the connection offers, reused for `toolListTtlSeconds`; scrubbed of every secret the
         gateway holds (a server may echo its credential in a description)."""
         target = self.target(conn)
-        cached = self._catalogs.get(conn.id)
+        cached = self._catalogs.get(conn.key)
         now = time.monotonic()
         if cached is not None and cached[1] is target and now - cached[0] < self._list_ttl:
             return cached[2]
         catalog = self._scrubbed(await self._fresh(target, fetch_catalog, f"list {conn.id}"))
-        self._catalogs[conn.id] = (now, target, catalog)
+        self._catalogs[conn.key] = (now, target, catalog)
         return catalog
 
     def _scrubbed(self, catalog: Catalog) -> Catalog:
@@ -222,7 +224,7 @@ class Upstreams:
     async def call_tool(self, conn: ConnectionRecord, tool: str, arguments: dict[str, object]) -> types.CallToolResult:
         """Call `tool` on a new session (a pipeline node, F10); raises `UpstreamCallFailed`."""
         target = self.target(conn)
-        operation = relay_tool_call(tool, dict(arguments), self.timeout, self._needs_listing.setdefault(conn.id, set()))
+        operation = relay_tool_call(tool, dict(arguments), self.timeout, self._needs_listing.setdefault(conn.key, set()))
         return await self._fresh(target, operation, f"call {tool} on {conn.id}")
 
     async def call_tool_as(
@@ -231,7 +233,7 @@ class Upstreams:
         """Call `tool` on the caller's own pooled session of `conn` (F15), relaying what the connection
         sends meanwhile to the Bridge request `downstream` (F14); raises `UpstreamCallFailed`."""
         operation = relay_tool_call(
-            tool, dict(arguments), self.timeout, self._needs_listing.setdefault(conn.id, set()), Relay.progress_to(downstream)
+            tool, dict(arguments), self.timeout, self._needs_listing.setdefault(conn.key, set()), Relay.progress_to(downstream)
         )
         return await self.run_as(caller, conn, operation, f"call {tool} on {conn.id}", downstream)
 
@@ -242,22 +244,22 @@ class Upstreams:
         caller's outbound slots (gate.py); raises `UpstreamCallFailed`. Opening or replacing the
         session admits a REST-made connection's endpoint again (`McpClients.session`, SSRF)."""
         target = self.target(conn)
-        pool = self._pool(conn.id, target)
-        relay = self._relay(conn.id, caller)
+        pool = self._pool(conn.key, target)
+        relay = self._relay(conn.key, caller)
         try:
             with relay.serving(downstream):
                 return await outbound(pool.run(caller, "", operation))
         except Exception as exc:
             raise self._failure(target, what, exc) from exc
 
-    def _relay(self, connection_id: str, caller: str) -> Relay:
-        relay = self._relays.get((connection_id, caller))
+    def _relay(self, key: ItemKey, caller: str) -> Relay:
+        relay = self._relays.get((key, caller))
         if relay is None:
             relay = Relay(
-                connection_id, on_list_changed=lambda: self._catalogs.pop(connection_id, None),
+                key[1], on_list_changed=lambda: self._catalogs.pop(key, None),
                 alive=lambda session_id: self.downstream_alive(session_id),
             )
-            self._relays[(connection_id, caller)] = relay
+            self._relays[(key, caller)] = relay
         return relay
 
     def subscription(self, caller: str, conn: ConnectionRecord, downstream: Downstream, uri: str, on: bool) -> bool:
@@ -265,7 +267,7 @@ class Upstreams:
         `conn`; True when the connection must be told. While any subscription lasts, the caller's
         session of the connection is kept open (idle or not), and a replacement session (B16)
         subscribes again."""
-        key = (conn.id, caller)
+        key = (conn.key, caller)
         relay = self._relay(*key)
         tell = relay.subscribe(downstream, uri, on)
         if relay.subscriptions:
@@ -274,12 +276,12 @@ class Upstreams:
             self._subscribing.pop(key, None)
         return tell
 
-    def _caller_factory(self, connection_id: str, target: McpTarget) -> Callable[[str], ClientFactory]:
+    def _caller_factory(self, key: ItemKey, target: McpTarget) -> Callable[[str], ClientFactory]:
         """Sessions of one caller's slot declare the relay's callbacks (the connection's requests go
         to that caller); a session opened while the caller holds subscriptions renews them."""
 
         def factory_for(slot: str) -> ClientFactory:
-            relay = self._relay(connection_id, SessionPool.slot_key(slot) or slot)
+            relay = self._relay(key, SessionPool.slot_key(slot) or slot)
             opened = self.clients.factory(target, relay.options)
             uris = relay.subscriptions
             if not uris:
@@ -294,19 +296,19 @@ class Upstreams:
                                 warnings.simplefilter("ignore")  # subscriptions: deprecated as of 2026-07-28
                                 await client.subscribe_resource(uri)
                         except Exception as exc:  # the server refuses it now: the caller sees no updates for it
-                            log.info("connection %s: resubscribing a resource failed: %s", connection_id, describe(exc))
+                            log.info("connection %s: resubscribing a resource failed: %s", key[1], describe(exc))
                     yield client
 
             return resubscribed
 
         return factory_for
 
-    def _kept_open(self, connection_id: str) -> Callable[[str], bool]:
+    def _kept_open(self, connection: ItemKey) -> Callable[[str], bool]:
         """Whether a slot's session stays open while idle: while a live Bridge session of its caller
         is subscribed to something (an ended one's subscriptions end with it)."""
 
         def keep(slot: str) -> bool:
-            key = (connection_id, SessionPool.slot_key(slot) or slot)
+            key = (connection, SessionPool.slot_key(slot) or slot)
             relay = self._subscribing.get(key)
             if relay is None:
                 return False
@@ -318,19 +320,19 @@ class Upstreams:
 
         return keep
 
-    def _pool(self, connection_id: str, target: McpTarget) -> SessionPool:
-        pooled = self._pools.get(connection_id)
+    def _pool(self, key: ItemKey, target: McpTarget) -> SessionPool:
+        pooled = self._pools.get(key)
         if pooled is not None and pooled[0] is target:
             return pooled[1]
         if pooled is not None:
             self._in_background(pooled[1].close())
         pool = SessionPool(
-            self.clients.factory(target), server=connection_id, timeout=self.timeout, idle_seconds=self._idle,
-            metrics=self._metrics, factory_for=self._caller_factory(connection_id, target),
-            keep=self._kept_open(connection_id),
+            self.clients.factory(target), server=key[1], timeout=self.timeout, idle_seconds=self._idle,
+            metrics=self._metrics, factory_for=self._caller_factory(key, target),
+            keep=self._kept_open(key),
         )
         pool.start()
-        self._pools[connection_id] = (target, pool)
+        self._pools[key] = (target, pool)
         return pool
 
     async def _fresh(self, target: McpTarget, operation: Operation[T], what: str) -> T:

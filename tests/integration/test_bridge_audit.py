@@ -93,7 +93,7 @@ async def test_every_call_leaves_one_record_and_listing_leaves_none(world: World
         ("mcp.tool_call", "tools__echo", "success", "bridge:pipes"),
     ]
     assert records[1]["actor"] == {"id": "alice", "email": "alice@acme.test"}
-    assert records[1]["args"] == {"query": "repo-x", "$graph": {"savedBy": "alice"}}
+    assert records[1]["args"] == {"query": "repo-x", "$bridge": {"owner": "alice"}, "$graph": {"savedBy": "alice"}}
 
 
 async def test_a_token_and_free_text_are_stored_only_as_type_and_length(world: World) -> None:

@@ -71,7 +71,7 @@ async def test_a_connection_dying_mid_call_fails_that_call_and_the_next_call_ope
         dying.stop()
     assert died.is_error and text(died).startswith("tool dying__exit failed: call exit on dying: ")
     assert gone.is_error and text(gone) == "tool dying__count failed: call count on dying: the MCP server could not be reached"
-    assert app.service.upstreams.sessions_open("dying") == 0, "no session of a dead server is kept"
+    assert app.service.upstreams.sessions_open(("alice", "dying")) == 0, "no session of a dead server is kept"
 
 
 async def garbage_app(scope: dict[str, object], receive: object, send: object) -> None:

@@ -47,7 +47,7 @@ async def test_a_callers_federated_calls_share_one_upstream_session_that_no_othe
         async with upstreams_over(server.url, tmp_path, "shared", "org:acme") as (upstreams, conn):
             alice = [texts(await upstreams.call_tool_as("alice", conn, "count", {})) for _ in range(3)]
             bob = texts(await upstreams.call_tool_as("bob", conn, "count", {}))
-            open_now = upstreams.sessions_open("shared")
+            open_now = upstreams.sessions_open(conn.key)
     alice_session = alice[0].split()[1]
     assert alice == [f"session {alice_session} call {n}" for n in (1, 2, 3)], "one session for all of alice's calls"
     assert bob.startswith("session ") and bob.endswith(" call 1") and alice_session not in bob, "bob has his own"
@@ -239,8 +239,8 @@ async def test_a_callers_connection_list_is_reused_between_calls_and_changes_are
             await store.upsert_connection(ConnectionRecord("more", "alice", f"{server.url}/mcp", source="config"))
             elsewhere = await federation.resolve(alice, "more__count")
             # Deleted through this process (the REST API forgets the connection): gone at once.
-            await store.delete_connection("tools")
-            upstreams.forget("tools")
+            await store.delete_connection(("alice", "tools"))
+            upstreams.forget(("alice", "tools"))
             deleted = await federation.resolve(alice, "tools__count")
         finally:
             await upstreams.close()

@@ -329,7 +329,8 @@ def test_a_stored_graph_that_breaks_the_rules_shows_each_problem_on_its_element_
         "pipelines": [{"id": "p1", "name": "bad name", "inputNode": "in1", "outputNode": "out1"}],
     }
     with sqlite3.connect(tmp_path / "bridge.db") as db:
-        db.execute("INSERT INTO graphs (bridge_id, graph, updated_at) VALUES ('old', ?, 0)", (json.dumps(stored),))
+        db.execute("INSERT INTO graphs (bridge_owner, bridge_id, graph, updated_at) VALUES ('alice', 'old', ?, 0)",
+                   (json.dumps(stored),))
     page.goto(console.url + "/console#/bridges/old")
     expect(node(page, "t2")).to_be_visible()
     page.click("button:has-text('Save')")
@@ -340,5 +341,46 @@ def test_a_stored_graph_that_breaks_the_rules_shows_each_problem_on_its_element_
     expect(page.get_by_test_id("pipelines").locator(".problem")).to_contain_text("pipeline name must match")
     expect(page.get_by_test_id("graph-problems")).to_contain_text("edge e4 -> gone")  # not drawable: listed
     assert alice.request.get(console.url + "/bridges/old/graph").json() == stored  # nothing saved
+    assert violations == []
+    alice.close()
+
+
+def test_a_members_item_and_the_orgs_of_one_id_are_two_rows_and_each_rows_buttons_act_on_that_one(
+    console: Console, tmp_path: Path,
+) -> None:
+    # R: C2, F2 -- ids are per owner: alice's `dup` and the org's `dup` (made by another member, who
+    # could not see alice's); her own shadows the org's by id, so the console names each by owner
+    alice, page, violations = signed_in(console, "alice")
+    page.fill("input[name=connection-id]", "dup")
+    page.fill("input[name=connection-endpoint]", console.tools_url + "/mcp")
+    page.click("button:has-text('Add connection')")
+    page.fill("input[name=bridge-id]", "dupb")
+    page.check("input[name=bridge-conn-dup]")
+    page.click("button:has-text('Add bridge')")
+    expect(page.locator('[data-testid=bridges] tr[data-id="dupb"]')).to_have_count(1)
+    with sqlite3.connect(tmp_path / "bridge.db") as db:  # as carol of acme would have made them
+        db.execute("INSERT INTO connections VALUES ('dup', 'org:acme', ?, NULL, NULL, 'api', NULL)", (console.tools_url + "/mcp",))
+        db.execute("INSERT INTO bridges VALUES ('dupb', 'org:acme', '[\"dup\"]', 'api')")
+    page.reload()
+    expect(page.locator('[data-testid=bridges] tr[data-id="dupb"]')).to_have_count(2)
+    expect(page.locator('[data-testid=connections] tr[data-id="dup"]')).to_have_count(2)
+    expect(page.locator("input[name=bridge-conn-dup]")).to_have_count(1)
+    page.locator('[data-testid=bridges] tr[data-id="dupb"][data-owner="org:acme"]').get_by_text("Edit graph").click()
+    expect(page.locator(".toolbar")).to_contain_text("Bridge dupb")
+    add_node(page, "tool", "t1")
+    node(page, "t1").click()
+    page.select_option("select[name=connection]", "dup")
+    expect(page.locator("select[name=tool] option[value='echo']")).to_have_count(1)  # the org's `dup`'s tools
+    page.select_option("select[name=tool]", "echo")
+    page.click("button:has-text('Save')")
+    expect(page.get_by_role("status")).to_have_text("Saved.")
+    assert [n["id"] for n in alice.request.get(console.url + "/bridges/dupb/graph?owner=org:acme").json()["nodes"]] == ["t1"]
+    assert alice.request.get(console.url + "/bridges/dupb/graph").json()["nodes"] == [], "her own is untouched"
+    page.goto(console.url + "/console#/connections")
+    page.locator('[data-testid=connections] tr[data-id="dup"][data-owner="org:acme"]').get_by_role("button", name="Delete").click()
+    expect(page.locator('[data-testid=connections] tr[data-id="dup"]')).to_have_count(1)
+    expect(page.locator('[data-testid=connections] tr[data-id="dup"]')).to_have_attribute("data-owner", "alice")
+    with sqlite3.connect(tmp_path / "bridge.db") as db:
+        assert db.execute("SELECT owner FROM connections WHERE id = 'dup'").fetchall() == [("alice",)]
     assert violations == []
     alice.close()

@@ -69,7 +69,7 @@ async def test_a_federated_call_through_the_bridge_survives_a_typescript_server_
             names = {t.name for t in (await alice.list_tools()).tools}
             before = await alice.call_tool("every__echo", {"message": "one"})
             again = await alice.call_tool("every__echo", {"message": "two"})
-            pooled = app.service.upstreams.sessions_open("every")
+            pooled = app.service.upstreams.sessions_open(("alice", "every"))
             everything.restart()
             after = await alice.call_tool("every__echo", {"message": "three"})
     assert "every__echo" in names and "every__get-sum" in names

@@ -17,16 +17,16 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import ValidationError
-from starlette.requests import Request
 
 from gateway.bridge.config import BridgeConfig
 from gateway.bridge.federation import CallerScope, owners_of
 from gateway.bridge.records import BridgeRecord
 from gateway.conversation import conversation_key
-from gateway.errors import Unauthorized
 from gateway.identity import Identity
 from tests.support import canary
-from tests.support.bridge_servers import BridgeApp, CallLog, audit_flushed, bridge_app, edge, graph, node, pipeline, tool_node, tool_server
+from tests.support.bridge_servers import (
+    BridgeApp, CallLog, audit_flushed, authenticate_by_name, bridge_app, edge, graph, node, pipeline, tool_node, tool_server,
+)
 from tests.support.gateway import client, running_gateway, simple_config
 from tests.support.http_server import ServerThread, serve
 from tests.support.mcp_servers import McpServerState, http_app
@@ -41,11 +41,7 @@ CALLERS = {
 }
 
 
-async def authenticate(request: Request) -> Identity:
-    identity = CALLERS.get(request.headers.get("authorization", "").removeprefix("Bearer "))
-    if identity is None:
-        raise Unauthorized("unknown caller")
-    return identity
+authenticate = authenticate_by_name(CALLERS)
 
 
 def http(who: str) -> httpx2.AsyncClient:
@@ -159,7 +155,7 @@ async def test_a_graph_save_is_audited_with_its_editor_and_a_run_names_whose_gra
     runs = await audit_of(world, "alice", action="mcp.pipeline_call", resource="shout")
     assert saves[0]["actor"] == {"id": "carol", "email": "carol@acme.test"}
     assert (saves[0]["resource"], saves[0]["scope"], saves[0]["mutating"]) == ("acme-bridge", "bridge:acme-bridge", True)
-    assert saves[0]["args"] == {"nodes": 3, "edges": 2, "pipelines": ["shout"]}
+    assert saves[0]["args"] == {"owner": "org:acme", "nodes": 3, "edges": 2, "pipelines": ["shout"]}
     assert runs[0]["actor"]["id"] == "alice"
     assert runs[0]["args"]["$graph"] == {"savedBy": "carol"}
 

@@ -154,6 +154,19 @@ async def authenticate_by_key(request: Request) -> Identity:
     return identity
 
 
+def authenticate_by_name(callers: dict[str, Identity]) -> Callable[[Request], Awaitable[Identity]]:
+    """An `authenticate` for tests with callers of their own: `Authorization: Bearer <name>` is
+    `callers[name]` (`mcp_http(name)` presents it), anything else is refused."""
+
+    async def authenticate(request: Request) -> Identity:
+        identity = callers.get(request.headers.get("authorization", "").removeprefix("Bearer "))
+        if identity is None:
+            raise Unauthorized("unknown caller")
+        return identity
+
+    return authenticate
+
+
 @dataclass
 class BridgeApp:
     """The app and the service inside it (the service is started by the app's lifespan)."""

@@ -76,19 +76,19 @@ async def test_graph_saves_are_versioned_and_a_save_based_on_an_old_version_is_r
     # R: S2, F12
     await store.upsert_bridge(BridgeRecord("b1", "alice"))
     first = {"nodes": [], "edges": [], "pipelines": [], "tag": "first"}
-    assert await store.saved_graph("b1") is None
-    assert await store.save_graph("b1", first, 1.0, "alice", expected_version=0) == 1
+    assert await store.saved_graph(("alice", "b1")) is None
+    assert await store.save_graph(("alice", "b1"), first, 1.0, "alice", expected_version=0) == 1
     with pytest.raises(GraphConflict) as refused:
-        await store.save_graph("b1", {**first, "tag": "late"}, 2.0, "bob", expected_version=0)
+        await store.save_graph(("alice", "b1"), {**first, "tag": "late"}, 2.0, "bob", expected_version=0)
     assert (refused.value.expected, refused.value.current) == (0, 1)
-    assert await store.save_graph("b1", {**first, "tag": "second"}, 3.0, "bob", expected_version=1) == 2
-    assert await store.save_graph("b1", {**first, "tag": "blind"}, 4.0, "carol") == 3  # no version named: saved
+    assert await store.save_graph(("alice", "b1"), {**first, "tag": "second"}, 3.0, "bob", expected_version=1) == 2
+    assert await store.save_graph(("alice", "b1"), {**first, "tag": "blind"}, 4.0, "carol") == 3  # no version named: saved
     with pytest.raises(GraphConflict):
-        await store.save_graph("b1", {**first, "tag": "stale"}, 5.0, "alice", expected_version=2)
-    saved = await store.saved_graph("b1")
+        await store.save_graph(("alice", "b1"), {**first, "tag": "stale"}, 5.0, "alice", expected_version=2)
+    saved = await store.saved_graph(("alice", "b1"))
     assert saved is not None and (saved.graph["tag"], saved.version, saved.saved_by) == ("blind", 3, "carol")
-    assert (await store.saved_graph("b1")).saved_by == "carol"
-    assert (await store.load_graph("b1")) == saved.graph
+    assert (await store.saved_graph(("alice", "b1"))).saved_by == "carol"
+    assert (await store.load_graph(("alice", "b1"))) == saved.graph
 
 
 async def test_saves_at_once_based_on_one_version_store_exactly_one_graph_whole(store: BridgeStore) -> None:
@@ -98,14 +98,14 @@ async def test_saves_at_once_based_on_one_version_store_exactly_one_graph_whole(
 
     async def save(editor: str) -> int | None:
         try:
-            return await store.save_graph("b1", {"nodes": nodes, "editor": editor}, 1.0, editor, expected_version=0)
+            return await store.save_graph(("alice", "b1"), {"nodes": nodes, "editor": editor}, 1.0, editor, expected_version=0)
         except GraphConflict:
             return None
 
     results = await asyncio.gather(*(save(f"editor-{i}") for i in range(8)))
     assert sorted(results, key=lambda v: v or 0) == [None] * 7 + [1]
     winner = f"editor-{results.index(1)}"
-    saved = await store.saved_graph("b1")
+    saved = await store.saved_graph(("alice", "b1"))
     assert saved is not None and saved.graph == {"nodes": nodes, "editor": winner} and saved.saved_by == winner
 
 
@@ -131,8 +131,112 @@ async def test_connections_and_bridges_are_listed_per_owner(store: BridgeStore) 
     await store.upsert_bridge(BridgeRecord("b1", "alice", ("gh", "wiki")))
     assert [c.id for c in await store.list_connections(["alice", "org:acme"])] == ["gh", "wiki"]
     assert [b.id for b in await store.list_bridges(["bob"])] == []
-    assert await store.get_bridge("b1") == BridgeRecord("b1", "alice", ("gh", "wiki"))
-    assert (await store.get_connection("gh")).auth_secret == "env:GH"  # type: ignore[union-attr]
+    assert await store.find_bridges(["alice"], "b1") == [BridgeRecord("b1", "alice", ("gh", "wiki"))]
+    assert [c.auth_secret for c in await store.find_connections(["alice", "bob"], "gh")] == ["env:GH"]
+
+
+async def test_ids_are_per_owner_and_each_owners_item_is_its_own(store: BridgeStore) -> None:
+    # R: F2, F3, S1 (issue 15: ids were global, so creating one told whether another tenant had it)
+    await store.upsert_connection(ConnectionRecord("gh", "alice", "http://a/mcp"))
+    await store.upsert_connection(ConnectionRecord("gh", "bob", "http://b/mcp"))
+    await store.upsert_connection(ConnectionRecord("gh", "org:acme", "http://o/mcp"))
+    await store.upsert_bridge(BridgeRecord("b1", "alice", ("gh",)))
+    await store.upsert_bridge(BridgeRecord("b1", "bob"))
+    assert await store.save_graph(("alice", "b1"), {"of": "alice"}, 1.0, "alice") == 1
+    assert await store.save_graph(("bob", "b1"), {"of": "bob"}, 1.0, "bob", expected_version=0) == 1
+    found = await store.find_connections(["alice", "org:acme"], "gh")
+    assert sorted((c.owner, c.endpoint) for c in found) == [("alice", "http://a/mcp"), ("org:acme", "http://o/mcp")]
+    assert [c.endpoint for c in await store.list_connections(["bob"])] == ["http://b/mcp"]
+    assert await store.find_bridges(["bob"], "b1") == [BridgeRecord("b1", "bob")]
+    assert await store.delete_bridge(("bob", "b1")) and await store.delete_connection(("bob", "gh"))
+    assert not await store.delete_connection(("bob", "gh"))
+    assert (await store.load_graph(("alice", "b1")), await store.load_graph(("bob", "b1"))) == ({"of": "alice"}, None)
+    assert sorted(c.owner for c in await store.find_connections(["alice", "bob", "org:acme"], "gh")) == ["alice", "org:acme"]
+    assert await store.find_bridges(["alice", "bob"], "b1") == [BridgeRecord("b1", "alice", ("gh",))]
+
+
+async def test_a_config_declared_item_whose_owner_changed_in_the_yaml_moves_with_its_graph(store: BridgeStore) -> None:
+    # R: F2, S1 (the YAML names an id once: an owner changed there moves the item, as when ids were global)
+    await store.upsert_connection(ConnectionRecord("gh", "org:acme", "http://old/mcp", source="config"))
+    await store.upsert_connection(ConnectionRecord("gh", "bob", "http://bobs/mcp"))  # made through the API: kept
+    await store.upsert_connection(ConnectionRecord("gh", "alice", "http://new/mcp", source="config"))
+    assert sorted((c.owner, c.endpoint) for c in await store.find_connections(["alice", "bob", "org:acme"], "gh")) == [
+        ("alice", "http://new/mcp"), ("bob", "http://bobs/mcp")]
+    await store.upsert_bridge(BridgeRecord("b1", "org:acme", ("gh",), "config"))
+    await store.save_graph(("org:acme", "b1"), {"kept": True}, 1.0, "carol")
+    await store.upsert_bridge(BridgeRecord("b1", "alice", ("gh",), "config"))
+    assert await store.find_bridges(["alice", "org:acme"], "b1") == [BridgeRecord("b1", "alice", ("gh",), "config")]
+    saved = await store.saved_graph(("alice", "b1"))
+    assert saved is not None and (saved.graph, saved.version, saved.saved_by) == ({"kept": True}, 1, "carol")
+    assert await store.saved_graph(("org:acme", "b1")) is None
+
+
+OLD_SQLITE_SCHEMA = """
+CREATE TABLE connections (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, endpoint TEXT NOT NULL,
+    auth_header_name TEXT, auth_secret TEXT, source TEXT NOT NULL, prefix TEXT);
+CREATE TABLE bridges (id TEXT PRIMARY KEY, owner TEXT NOT NULL, connections TEXT NOT NULL, source TEXT NOT NULL);
+CREATE TABLE graphs (bridge_id TEXT PRIMARY KEY, graph TEXT NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, action TEXT NOT NULL, actor_id TEXT NOT NULL,
+    actor_email TEXT, resource TEXT NOT NULL, scope TEXT NOT NULL, mutating INTEGER NOT NULL,
+    args TEXT NOT NULL, status TEXT NOT NULL, duration_ms REAL NOT NULL);
+"""
+"""The SQLite schema of a store made when ids were global (and before graphs had versions)."""
+
+OLD_ROWS = """
+INSERT INTO connections VALUES ('gh', 'alice', 'http://a/mcp', 'Authorization', 'env:GH', 'config', NULL);
+INSERT INTO connections VALUES ('wiki', 'org:acme', 'http://w/mcp', NULL, NULL, 'api', 'w');
+INSERT INTO bridges VALUES ('b1', 'org:acme', '["wiki"]', 'api');
+"""
+OLD_GRAPH = """INSERT INTO graphs (bridge_id, graph, updated_at{}) VALUES ('b1', '{{"nodes": [], "tag": "old"}}', 1.0{});"""
+
+
+@contextlib.asynccontextmanager
+async def old_database(kind: str, tmp_path: Path) -> AsyncIterator[str]:
+    """A database as an older toolgate left it (ids global), with rows; yields `bridge.database`."""
+    if kind == "sqlite":
+        path = tmp_path / "old.db"
+        db = sqlite3.connect(path)
+        db.executescript(OLD_SQLITE_SCHEMA + OLD_ROWS + OLD_GRAPH.format("", ""))
+        db.close()
+        yield str(path)
+        return
+    async with postgres.fresh_database() as url:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute("CREATE TABLE toolgate_schema (version INTEGER PRIMARY KEY,"
+                               " applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
+            await conn.execute(MIGRATIONS[0][1])
+            await conn.execute("INSERT INTO toolgate_schema (version) VALUES (1)")
+            await conn.execute(OLD_ROWS + OLD_GRAPH.format(", version", ", 1"))
+        finally:
+            await conn.close()
+        yield url
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+async def test_a_store_made_when_ids_were_global_keeps_every_row_and_takes_ids_per_owner(kind: str, tmp_path: Path) -> None:
+    # R: S1, F2 (the schema change to (owner, id) keys migrates existing data)
+    async with old_database(kind, tmp_path) as database:
+        for _ in range(2):  # opened again: nothing left to change
+            store = open_store(database, tmp_path)
+            await store.open()
+            try:
+                [gh] = await store.find_connections(["alice"], "gh")
+                assert gh == ConnectionRecord("gh", "alice", "http://a/mcp", "Authorization", "env:GH", "config", None)
+                assert [c.prefix for c in await store.list_connections(["org:acme"])] == ["w"]
+                assert await store.find_bridges(["org:acme"], "b1") == [BridgeRecord("b1", "org:acme", ("wiki",), "api")]
+                saved = await store.saved_graph(("org:acme", "b1"))
+                assert saved is not None and (saved.graph["tag"], saved.version) == ("old", 1)
+                await store.upsert_connection(ConnectionRecord("gh", "bob", "http://b/mcp"))
+                await store.upsert_bridge(BridgeRecord("b1", "bob"))
+                assert len(await store.find_connections(["alice", "bob"], "gh")) == 2
+                assert len(await store.find_bridges(["org:acme", "bob"], "b1")) == 2
+            finally:
+                await store.close()
+        if kind == "postgresql":
+            assert postgres.scalar(database, "SELECT max(version) FROM toolgate_schema") == MIGRATIONS[-1][0]
 
 
 class SlowStore(SqliteStore):
@@ -242,9 +346,9 @@ async def test_the_gateways_role_cannot_update_or_delete_audit_rows_but_uses_the
             try:
                 await store.upsert_connection(ConnectionRecord("gh", "alice", "http://h/mcp"))
                 await store.upsert_bridge(BridgeRecord("b1", "alice", ("gh",)))
-                assert await store.save_graph("b1", {"nodes": []}, 1.0, "alice") == 1
+                assert await store.save_graph(("alice", "b1"), {"nodes": []}, 1.0, "alice") == 1
                 await store.append_audit([record()])
-                assert await store.delete_bridge("b1") and await store.delete_connection("gh")
+                assert await store.delete_bridge(("alice", "b1")) and await store.delete_connection(("alice", "gh"))
                 conn = await asyncpg.connect(as_gateway)
                 try:
                     for sql in ("UPDATE audit SET status = 'failure'", "DELETE FROM audit", "TRUNCATE audit",
