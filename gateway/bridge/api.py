@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 import time
+from urllib.parse import urlencode
 from collections.abc import Callable
 from typing import Any
 
@@ -163,11 +164,14 @@ class BridgeApi:
         return JSONResponse(record.public())
 
     async def get_bridge(self, request: Request) -> Response:
-        """GET /bridges/{id}: one bridge with its pipeline names."""
-        _, bridge = await self._bridge(request)
+        """GET /bridges/{id}: one bridge with its pipeline names and the path that reaches it on
+        MCP (with `?owner=` when an item of the caller's own shadows it: tenancy.py)."""
+        caller, bridge = await self._bridge(request)
         data = await self._store.load_graph(bridge.key)
         names = [p.name for p in Graph.model_validate(data).pipelines] if data else []
-        return JSONResponse({**bridge.public(), "pipelines": names, "mcpPath": f"/mcp/{bridge.id}"})
+        default = named(await self._store.find_bridges(caller.owners, bridge.id), caller.owners, bridge.id)
+        path = f"/mcp/{bridge.id}" if default is not None and default.key == bridge.key else f"/mcp/{bridge.id}?{urlencode({'owner': bridge.owner})}"
+        return JSONResponse({**bridge.public(), "pipelines": names, "mcpPath": path})
 
     async def delete_bridge(self, request: Request) -> Response:
         """DELETE /bridges/{id}: remove an API-made bridge and its graph."""

@@ -365,8 +365,12 @@ def test_a_members_item_and_the_orgs_of_one_id_are_two_rows_and_each_rows_button
     expect(page.locator('[data-testid=bridges] tr[data-id="dupb"]')).to_have_count(2)
     expect(page.locator('[data-testid=connections] tr[data-id="dup"]')).to_have_count(2)
     expect(page.locator("input[name=bridge-conn-dup]")).to_have_count(1)
+    # the MCP path of each: hers by id, the shadowed org's by id and owner
+    expect(page.locator('[data-testid=bridges] tr[data-id="dupb"][data-owner="alice"] code')).to_have_text("/mcp/dupb")
+    expect(page.locator('[data-testid=bridges] tr[data-id="dupb"][data-owner="org:acme"] code')).to_have_text("/mcp/dupb?owner=org%3Aacme")
     page.locator('[data-testid=bridges] tr[data-id="dupb"][data-owner="org:acme"]').get_by_text("Edit graph").click()
     expect(page.locator(".toolbar")).to_contain_text("Bridge dupb")
+    expect(page.locator(".toolbar code")).to_have_text("/mcp/dupb?owner=org%3Aacme")
     add_node(page, "tool", "t1")
     node(page, "t1").click()
     page.select_option("select[name=connection]", "dup")

@@ -217,4 +217,5 @@ async def test_a_bridge_session_is_bound_to_the_bridge_not_to_the_id_it_was_open
         org = await client.get(f"{world.url}/bridges/b1")
     assert (before.status_code, other_door.status_code, after.status_code) == (200, 404, 404)
     assert shadowed.json()["owner"] == "org:acme", "the org's `b1`, named by owner while alice's shadows it"
-    assert org.json()["owner"] == "org:acme"
+    assert shadowed.json()["mcpPath"] == "/mcp/b1?owner=org%3Aacme", "its MCP path names its owner while shadowed"
+    assert (org.json()["owner"], org.json()["mcpPath"]) == ("org:acme", "/mcp/b1")
