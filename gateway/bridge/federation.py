@@ -144,7 +144,7 @@ class Federation:
     def _admitted(self, conn: ConnectionRecord) -> bool:
         if conn.source != "api" or self._api_endpoint_allowed(conn.endpoint):
             return True
-        log.warning("connection %s left out: its endpoint is not in apiEndpointAllowList", conn.id)
+        log.warning("connection %s left out: its endpoint is not in apiEndpointAllowList", conn.label)
         return False
 
     async def connection(self, scope: CallerScope, connection_id: str) -> ConnectionRecord | None:
@@ -161,18 +161,18 @@ class Federation:
         clashing: set[str] = set()
         for conn, result in zip(conns, listed, strict=True):
             if isinstance(result, BaseException):
-                log.warning("connection %s not listed: %s", conn.id, result)
+                log.warning("connection %s not listed: %s", conn.label, result)
                 continue
             seen: set[str] = set()
             for tool in callable_tools(result):
                 name = federated_name(conn.name_prefix, tool.name)
                 if name in seen:
-                    log.warning("connection %s: tool %r maps to %s like an earlier one; skipped", conn.id, tool.name, name)
+                    log.warning("connection %s: tool %r maps to %s like an earlier one; skipped", conn.label, tool.name, name)
                     continue
                 seen.add(name)
                 earlier = named.get(name)
                 if earlier is not None:
-                    log.warning("tool name %s is listed by connections %s and %s: left out", name, earlier[0].id, conn.id)
+                    log.warning("tool name %s is listed by connections %s and %s: left out", name, earlier[0].label, conn.label)
                     clashing.add(name)
                     continue
                 named[name] = (conn, tool.model_copy(update={"name": name}))

@@ -28,6 +28,11 @@ class Owned:
         """(owner, id): unique across owners."""
         return (self.owner, self.id)
 
+    @property
+    def label(self) -> str:
+        """`owner/id`: how logs name it (two owners' `gh` read apart)."""
+        return f"{self.owner}/{self.id}"
+
 
 @dataclass(frozen=True)
 class ConnectionRecord(Owned):

@@ -181,7 +181,7 @@ class Upstreams:
                 auth = (conn.auth_header_name, self._credential(conn.auth_secret))
             except Exception:  # a missing variable or file: the call fails, the reference is not shown
                 raise UpstreamCallFailed(f"connection {conn.id}: its credential could not be resolved", guarded=guarded) from None
-        target = McpTarget(label=conn.id, endpoint=conn.endpoint, auth_header=auth, timeout=self.timeout, guarded=guarded)
+        target = McpTarget(label=conn.label, endpoint=conn.endpoint, auth_header=auth, timeout=self.timeout, guarded=guarded)
         self._targets[conn.key] = (conn, target)
         return target
 
@@ -256,7 +256,7 @@ class Upstreams:
         relay = self._relays.get((key, caller))
         if relay is None:
             relay = Relay(
-                key[1], on_list_changed=lambda: self._catalogs.pop(key, None),
+                "/".join(key), on_list_changed=lambda: self._catalogs.pop(key, None),
                 alive=lambda session_id: self.downstream_alive(session_id),
             )
             self._relays[(key, caller)] = relay
@@ -296,7 +296,7 @@ class Upstreams:
                                 warnings.simplefilter("ignore")  # subscriptions: deprecated as of 2026-07-28
                                 await client.subscribe_resource(uri)
                         except Exception as exc:  # the server refuses it now: the caller sees no updates for it
-                            log.info("connection %s: resubscribing a resource failed: %s", key[1], describe(exc))
+                            log.info("connection %s: resubscribing a resource failed: %s", "/".join(key), describe(exc))
                     yield client
 
             return resubscribed
@@ -327,7 +327,7 @@ class Upstreams:
         if pooled is not None:
             self._in_background(pooled[1].close())
         pool = SessionPool(
-            self.clients.factory(target), server=key[1], timeout=self.timeout, idle_seconds=self._idle,
+            self.clients.factory(target), server=target.label, timeout=self.timeout, idle_seconds=self._idle,
             metrics=self._metrics, factory_for=self._caller_factory(key, target),
             keep=self._kept_open(key),
         )
