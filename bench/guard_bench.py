@@ -166,15 +166,17 @@ def main() -> None:
         cells = [f"{pct(g['all'].metrics()['recall'])} / {pct(g['all'].metrics()['fpr'])}" for g in detail[name].values()]
         lines.append(f"| {name} | {1000 * size / 1e6 / mbps:.0f} ms ({mbps:.1f} MB/s) | {p50 * 1e3:.2f} ms | "
                      f"{p99 * 1e3:.2f} ms | " + " | ".join(cells) + " |")
-    shipped, old = scanners[0][0], scanners[2][0]
-    lines += ["", "Tool-output rows by file, source and language (recall / FPR; shipped default, then previous scorer):", "",
-              "| file | slice | injection | benign | shipped recall | shipped FPR | previous recall | previous FPR |",
-              "|---|---|---|---|---|---|---|---|"]
+    shipped, wider, old = scanners[0][0], scanners[1][0], scanners[2][0]
+    lines += ["", f"Tool-output rows by file, source and language (recall / FPR; shipped default, then `max_windows: "
+              f"{WIDE_BUDGET}`, then the previous scorer):", "",
+              f"| file | slice | injection | benign | shipped recall | shipped FPR | {WIDE_BUDGET} windows recall | "
+              f"{WIDE_BUDGET} windows FPR | previous recall | previous FPR |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for label in files:
         for key, tally in sorted(detail[shipped][label].items(), key=lambda kv: (kv[0] != "all", kv[0])):
-            m, o = tally.metrics(), detail[old][label][key].metrics()
+            m, w, o = tally.metrics(), detail[wider][label][key].metrics(), detail[old][label][key].metrics()
             lines.append(f"| {label} | {key} | {m['injection']} | {m['benign']} | {pct(m['recall'])} | {pct(m['fpr'])} | "
-                         f"{pct(o['recall'])} | {pct(o['fpr'])} |")
+                         f"{pct(w['recall'])} | {pct(w['fpr'])} | {pct(o['recall'])} | {pct(o['fpr'])} |")
     lines += ["", "Data: " + ", ".join(f"`{HELDOUT_FILES[n].relative_to(ROOT.parent)}` ({len(r)} rows)" for n, r in files.items())
               + "; provenance in `plugins/prompt_guard/DATA.md`. Only tool-output rows (every kind but `prompt`) are "
               f"counted. Latency: {len(small)} different 4 KB benign held-out tool results x {rounds} rounds; "
