@@ -288,3 +288,29 @@ async def start(guard: PromptGuardPlugin, base_dir: Path | None = None) -> Promp
     async with httpx2.AsyncClient() as http:
         await guard.start(PluginEnv(http=http, metrics=CollectorRegistry(), route="assistant", base_dir=base_dir))
     return guard
+
+
+def test_the_window_budget_is_measured_on_validation_rows_only(tmp_path: Path) -> None:
+    # R: P7 — the tool that chose the default budget reads the rows training kept out, no others
+    from plugins.prompt_guard.training.neural import is_validation
+    from plugins.prompt_guard.training.window_budget import CachedDetector, validation_rows
+
+    texts = [f"{PROSE} row {i}" for i in range(1000)]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"text": t, "label": "benign", "kind": "file"}) + "\n" for t in texts))
+    rows = validation_rows([data])
+    assert [r["text"] for r in rows] == [t for t in texts if is_validation(t)]
+    assert 50 <= len(rows) <= 110  # 8 % by a hash of the text
+
+    base = NeuralDetector.load(DEFAULT_DIR)
+    cache: dict[tuple[int, ...], float] = {}
+    read: list[int] = []
+    text = "".join(f"Item {i}. {PROSE}" for i in range(30))  # ~25 windows, no two alike
+    guard = build_guard(PromptGuardConfig(type="prompt_guard"))
+    guard.neural = CachedDetector(base, 8, cache, read)
+    guard.scan(text)
+    assert len(cache) == 2 + 7 and read == [sum(len(w) for w in cache)] and read[0] <= 8 * WINDOW_TOKENS
+    guard.neural = CachedDetector(base, 2, cache, read)
+    guard.scan(text)
+    assert read[1] <= 2 * WINDOW_TOKENS
+    assert len(cache) <= 2 + 7 + 1  # its head and tail came from the cache
