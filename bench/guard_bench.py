@@ -1,7 +1,8 @@
-"""prompt_guard benchmark: the shipped guard (neural detector on) against the previous scorer
-(the same guard with the neural detector off) and a plain `str.lower()` + `in` keyword scan,
-all in the same run: held-out accuracy per file, source and language, 4 KB latency, the time of
-a 1 MB document, and the model's load time; one core (onnxruntime runs single-threaded).
+"""prompt_guard benchmark: the shipped guard (neural detector on) against the same guard with the
+neural detector's earlier window budget (`WIDE_BUDGET`), the previous scorer (the same guard with
+the neural detector off) and a plain `str.lower()` + `in` keyword scan, all in the same run:
+held-out accuracy per file, source and language, 4 KB latency, the time of a 1 MB document, and
+the model's load time; one core (onnxruntime runs single-threaded).
 
     .venv/bin/python bench/guard_bench.py [--out bench/results/guard.md] [--quick]
 
@@ -41,6 +42,9 @@ KEYWORDS = [
     "<|im_start|>", "[inst]", "forget your instructions", "override", "pwned", "act as",
 ]
 TOOL_KINDS = {"code", "email", "web", "file", "ticket", "tool_output"}
+WIDE_BUDGET = 8
+"""The neural detector's window budget before it was chosen for the 4 KB latency target
+(docs/prompt_guard.md, "Window budget"): measured beside the default in the same run."""
 
 
 def keyword_scan(text: str) -> bool:
@@ -126,12 +130,16 @@ def main() -> None:
         NeuralDetector.load(DEFAULT_DIR)
         loads.append(time.perf_counter() - began)
     guard = build_guard(PromptGuardConfig(type="prompt_guard"))
+    budget = guard.neural.max_windows if guard.neural is not None else 0
+    wide = build_guard(PromptGuardConfig.model_validate({"type": "prompt_guard", "neural": {"max_windows": WIDE_BUDGET}}))
     previous = build_guard(PromptGuardConfig.model_validate({"type": "prompt_guard", "detectors": {"neural": False}}))
     files = {name: load_rows(path) for name, path in HELDOUT_FILES.items() if path.is_file()}
     small, big = corpus(files["held-out (round 2)"])
     rounds = 2 if args.quick else 10
     scanners: list[tuple[str, Callable[[str], bool]]] = [
-        ("prompt_guard, shipped default (neural detector + cheap detectors)", lambda t: guard.scan(t).blocked),
+        (f"prompt_guard, shipped default (neural detector, {budget} windows a text, + cheap detectors)",
+         lambda t: guard.scan(t).blocked),
+        (f"the same with `neural.max_windows: {WIDE_BUDGET}` (the default until 2026-12-01)", lambda t: wide.scan(t).blocked),
         ("previous scorer (cheap detectors: rules, heuristics, n-gram model)", lambda t: previous.scan(t).blocked),
         ("baseline: str.lower() + in, 16 keywords", keyword_scan),
     ]
@@ -158,15 +166,17 @@ def main() -> None:
         cells = [f"{pct(g['all'].metrics()['recall'])} / {pct(g['all'].metrics()['fpr'])}" for g in detail[name].values()]
         lines.append(f"| {name} | {1000 * size / 1e6 / mbps:.0f} ms ({mbps:.1f} MB/s) | {p50 * 1e3:.2f} ms | "
                      f"{p99 * 1e3:.2f} ms | " + " | ".join(cells) + " |")
-    shipped, old = scanners[0][0], scanners[1][0]
-    lines += ["", "Tool-output rows by file, source and language (recall / FPR; shipped default, then previous scorer):", "",
-              "| file | slice | injection | benign | shipped recall | shipped FPR | previous recall | previous FPR |",
-              "|---|---|---|---|---|---|---|---|"]
+    shipped, wider, old = scanners[0][0], scanners[1][0], scanners[2][0]
+    lines += ["", f"Tool-output rows by file, source and language (recall / FPR; shipped default, then `max_windows: "
+              f"{WIDE_BUDGET}`, then the previous scorer):", "",
+              f"| file | slice | injection | benign | shipped recall | shipped FPR | {WIDE_BUDGET} windows recall | "
+              f"{WIDE_BUDGET} windows FPR | previous recall | previous FPR |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for label in files:
         for key, tally in sorted(detail[shipped][label].items(), key=lambda kv: (kv[0] != "all", kv[0])):
-            m, o = tally.metrics(), detail[old][label][key].metrics()
+            m, w, o = tally.metrics(), detail[wider][label][key].metrics(), detail[old][label][key].metrics()
             lines.append(f"| {label} | {key} | {m['injection']} | {m['benign']} | {pct(m['recall'])} | {pct(m['fpr'])} | "
-                         f"{pct(o['recall'])} | {pct(o['fpr'])} |")
+                         f"{pct(w['recall'])} | {pct(w['fpr'])} | {pct(o['recall'])} | {pct(o['fpr'])} |")
     lines += ["", "Data: " + ", ".join(f"`{HELDOUT_FILES[n].relative_to(ROOT.parent)}` ({len(r)} rows)" for n, r in files.items())
               + "; provenance in `plugins/prompt_guard/DATA.md`. Only tool-output rows (every kind but `prompt`) are "
               f"counted. Latency: {len(small)} different 4 KB benign held-out tool results x {rounds} rounds; "

@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from plugins.prompt_guard.neural import DEFAULT_MAX_WINDOWS
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -50,9 +52,9 @@ class NeuralConfig(_Strict):
         default=None, description="folder with model.onnx, tokenizer.json and model.json; default: the shipped model"
     )
     max_windows: int = Field(
-        default=8, ge=1, le=64,
-        description="model windows (128 tokens each) read per item at most; longer items are read at their head, "
-        "tail and most suspicious parts",
+        default=DEFAULT_MAX_WINDOWS, ge=1, le=64,
+        description="the model reads at most this many windows' worth of tokens (128 each) per item; a longer item "
+        "is read at its head and tail (64 tokens each) and its most suspicious parts",
     )
     threshold: float | None = Field(
         default=None, gt=0, lt=1,

@@ -6,11 +6,14 @@ no torch and no network at run time. `model.json` records the sha256 of both fil
 corrupt or mismatched file stops start-up with a message naming it; the guard never falls back
 to allowing.
 
-It reads text in windows of `WINDOW_TOKENS` tokens. A text that fits in `max_windows` windows
-is read whole; a longer one is read where the cheap detectors point (`suspects`): its head,
-its tail and its most suspicious chunks, up to `max_windows` windows, so a 1 MB tool result
-costs a bounded time. The text's evidence is the highest window probability, shifted so that
-the threshold chosen on validation data maps to 0.5 (`evidence`).
+It reads text in windows of at most `WINDOW_TOKENS` tokens, and at most `max_windows` x
+`WINDOW_TOKENS` tokens per text (the budget; the model's time is linear in the tokens it reads).
+A text that fits in `max_windows` windows is read whole; a longer one is read where the cheap
+detectors point (`suspects`): its head and its tail (`EDGE_TOKENS` each, half a window, so the
+two together cost one window) and then its most suspicious parts, in full windows, for the rest
+of the budget; so a 1 MB tool result costs a bounded time. The text's evidence is the highest
+window probability, shifted so that the threshold chosen on validation data maps to 0.5
+(`evidence`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,13 @@ from plugins.prompt_guard.normalize import _CONFUSABLE_TABLE, visible_nfkc
 WINDOW_TOKENS = 128
 """Tokens per window, [CLS] and [SEP] included (what the model was trained on)."""
 OVERLAP_TOKENS = 16
+EDGE_TOKENS = WINDOW_TOKENS // 2
+"""Tokens of the head window and of the tail window of a text longer than the budget ([CLS] and
+[SEP] included). On the validation split, half windows there lost no recall against full ones
+(docs/prompt_guard.md, "Window budget") and leave a full window for the most suspicious part."""
+DEFAULT_MAX_WINDOWS = 2
+"""The default budget: 2 x 128 tokens, about 20 ms of model time on one core (issue 10's 4 KB
+target is 25 ms); chosen on the validation split (docs/prompt_guard.md, "Window budget")."""
 DEFAULT_DIR = Path(__file__).parent / "model" / "neural"
 FORMAT = "toolgate-guard-neural/1"
 _WORD = re.compile(r"\w+")
@@ -90,7 +100,8 @@ class NeuralDetector:
         self._bias = math.log(threshold / (1.0 - threshold))
 
     @classmethod
-    def load(cls, directory: Path = DEFAULT_DIR, max_windows: int = 8, threshold: float | None = None) -> "NeuralDetector":
+    def load(cls, directory: Path = DEFAULT_DIR, max_windows: int = DEFAULT_MAX_WINDOWS,
+             threshold: float | None = None) -> "NeuralDetector":
         """Read `model.json`, check both files against their recorded sha256, load them."""
         card_path = directory / "model.json"
         try:
@@ -135,14 +146,15 @@ class NeuralDetector:
             raise NeuralModelError(f"{card_path}: no threshold in (0, 1) recorded for the model")
         return cls(session, tokenizer, float(chosen), max_windows, str(directory))
 
-    def windows(self, text: str, limit: int) -> list[Window]:
-        """Up to `limit` overlapping windows from the start of `text`."""
+    def windows(self, text: str, limit: int, centre: bool = False) -> list[Window]:
+        """Up to `limit` overlapping windows from the start of `text` (`centre`: from where they
+        cover the middle of a text longer than they can hold)."""
         content = WINDOW_TOKENS - 2
         enc = self.tokenizer.encode(text, add_special_tokens=False)
         ids, offsets = enc.ids, enc.offsets
         out: list[Window] = []
         step = content - OVERLAP_TOKENS
-        start = 0
+        start = max(0, (len(ids) - content - (limit - 1) * step) // 2) if centre else 0
         while len(out) < limit:
             piece = ids[start : start + content]
             out.append(Window((self._cls, *piece, self._sep), offsets[start][0] if piece else 0))
@@ -152,11 +164,20 @@ class NeuralDetector:
         return out
 
     def probabilities(self, windows: Sequence[Window]) -> list[float]:
-        """The model's injection probability for each window (one batched run)."""
-        if not windows:
-            return []
+        """The model's injection probability for each window, in batches of windows of similar
+        length (each padded to its longest; a half window is not padded to a full one)."""
+        out = [0.0] * len(windows)
+        order = sorted(range(len(windows)), key=lambda i: -len(windows[i].ids))
+        while order:
+            width = len(windows[order[0]].ids)
+            size = next((n for n, i in enumerate(order) if 4 * len(windows[i].ids) < 3 * width), len(order))
+            batch, order = order[:size], order[size:]
+            for i, p in zip(batch, self._run([windows[i] for i in batch], width)):
+                out[i] = p
+        return out
+
+    def _run(self, windows: Sequence[Window], width: int) -> list[float]:
         np = self._np
-        width = max(len(w.ids) for w in windows)
         ids = np.zeros((len(windows), width), dtype=np.int64)
         for row, w in enumerate(windows):
             ids[row, : len(w.ids)] = w.ids
@@ -164,21 +185,37 @@ class NeuralDetector:
         return [1.0 / (1.0 + math.exp(-max(min(float(z), 60.0), -60.0))) for z in logits[:, 0]]
 
     def probability(self, raw: str, suspects: Callable[[], Sequence[tuple[int, int]]] = tuple) -> float:
-        """The highest window probability: the whole text when it fits the window budget, else
-        its head, its tail and then the raw-text ranges `suspects()` gives (most suspicious first;
-        called only then, since ranking them costs a pass of the cheap detectors)."""
+        """The highest window probability: over the whole text when it fits in `max_windows`
+        windows, else over the windows `spread` chooses."""
         budget = self.max_windows
         head_chars = budget * WINDOW_TOKENS * 6  # more characters than `budget` windows can hold
         pieces = self.windows(model_text(raw[:head_chars]), budget + 1)
         if len(pieces) > budget or len(raw) > head_chars:
-            chosen = [pieces[0], *self.windows(model_text(raw[-WINDOW_TOKENS * 4 :]), 64)[-1:]]
-            for start, end in suspects():
-                if len(chosen) >= budget:
-                    break
-                chosen += self.windows(model_text(raw[max(0, start) : end]), budget - len(chosen))
-            pieces = chosen[:budget]
+            pieces = self.spread(raw, pieces[0], suspects)
         pieces = [w for w in pieces if len(w.ids) > 2]
         return max(self.probabilities(pieces), default=0.0)
+
+    def spread(self, raw: str, first: Window, suspects: Callable[[], Sequence[tuple[int, int]]]) -> list[Window]:
+        """The windows of a text longer than the budget, `max_windows` x `WINDOW_TOKENS` tokens
+        at most: its head and its tail (`EDGE_TOKENS` each; `first` is the text's first full
+        window), then full windows over the middle of the raw-text ranges `suspects()` gives (most
+        suspicious first; called only when the budget leaves room, since ranking them costs a pass
+        of the cheap detectors)."""
+        edge = EDGE_TOKENS - 2
+        tail_text = model_text(raw[-WINDOW_TOKENS * 4 :])
+        enc = self.tokenizer.encode(tail_text, add_special_tokens=False)
+        tail_start = enc.offsets[-edge][0] if len(enc.ids) >= edge else 0
+        chosen = [Window((self._cls, *first.ids[1 : 1 + edge], self._sep), first.start),
+                  Window((self._cls, *enc.ids[-edge:], self._sep), tail_start)]
+        room = self.max_windows - 1  # full windows left after the two half ones
+        if room > 0:
+            for start, end in suspects():
+                got = [w for w in self.windows(model_text(raw[max(0, start) : end]), room, centre=True) if len(w.ids) > 2]
+                chosen += got
+                room -= len(got)
+                if room <= 0:
+                    break
+        return chosen
 
     def evidence(self, probability: float) -> float:
         """`probability` shifted in logit space so that the model's threshold maps to 0.5."""

@@ -182,7 +182,7 @@ class Guard:
         if self.neural is not None:
             if depth == 0:
                 def suspects() -> list[tuple[int, int]]:  # scored only when the text exceeds the window budget
-                    return self._suspect_spans(raw, norm, scored) if len(raw) > SUB_BLOCK * 2 else []
+                    return self._suspect_spans(raw, norm, scored)
 
                 found.append(Evidence(NEURAL_ID, self.neural.evidence(self.neural.probability(raw, suspects))))
             # With the neural detector on, the n-gram model only chooses where it reads: on the

@@ -50,9 +50,10 @@ def test_a_bad_row_makes_the_command_exit_non_zero_with_the_line_number(tmp_path
 
 def test_the_shipped_guard_does_not_regress_on_held_out_tool_output() -> None:
     # R: P3, P4, P6, P7 — a regression gate on a third of the held-out split (sources never trained
-    # or tuned on), with the shipped neural detector on. It pins today's figures (recall 0.665,
-    # FPR 0.0225 on this subset; the previous scorer gave 0.735 / 0.148), not the targets of 0.90
-    # and 0.01, which the shipped model does not reach yet (see docs/prompt_guard.md).
+    # or tuned on), with the shipped neural detector on. It pins today's figures (recall 0.639,
+    # FPR 0.025 on this subset with the default budget of 2 windows; 0.665 / 0.0225 with 8; the
+    # previous scorer gave 0.735 / 0.148), not the targets of 0.90 and 0.01, which the shipped
+    # model does not reach yet (see docs/prompt_guard.md).
     guard = build_guard(PromptGuardConfig(type="prompt_guard"))
     assert guard.neural is not None
     tally = Tally()
@@ -66,7 +67,7 @@ def test_the_shipped_guard_does_not_regress_on_held_out_tool_output() -> None:
 
 def test_benign_technical_text_about_llms_and_mcp_is_rarely_blocked() -> None:
     # R: P6, P7 — held-out documentation and code of the MCP SDK, pydantic-ai and fastmcp (never
-    # trained on): 6 of 390 benign slices blocked today (1.5 %; the previous scorer: 3.9 %).
+    # trained on): 7 of 390 benign slices blocked today (1.8 %; the previous scorer: 3.9 %).
     guard = build_guard(PromptGuardConfig(type="prompt_guard"))
     tally = Tally()
     for row in load_rows(TECHDOCS):

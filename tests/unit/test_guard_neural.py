@@ -16,7 +16,16 @@ from gateway.errors import GuardBlocked
 from gateway.identity import ANONYMOUS
 from gateway.plugins import InspectItem, PluginContext, PluginEnv
 from plugins.prompt_guard.config import PromptGuardConfig
-from plugins.prompt_guard.neural import DEFAULT_DIR, WINDOW_TOKENS, NeuralDetector, NeuralModelError, Window, model_text
+from plugins.prompt_guard.neural import (
+    DEFAULT_DIR,
+    DEFAULT_MAX_WINDOWS,
+    EDGE_TOKENS,
+    WINDOW_TOKENS,
+    NeuralDetector,
+    NeuralModelError,
+    Window,
+    model_text,
+)
 from plugins.prompt_guard.plugin import PromptGuardPlugin, build_guard
 from plugins.prompt_guard.scanner import NEURAL_ID
 
@@ -41,6 +50,10 @@ class Recorder:
             return original(windows)
 
         self.detector.probabilities = probabilities  # type: ignore[method-assign]
+
+    def tokens(self) -> int:
+        """Tokens the model was given in all (its time is linear in them)."""
+        return sum(len(w.ids) for call in self.calls for w in call)
 
     def texts(self) -> list[str]:
         return [self.detector.tokenizer.decode(list(w.ids), skip_special_tokens=False) for call in self.calls for w in call]
@@ -72,12 +85,58 @@ def test_a_long_text_is_read_at_its_head_its_tail_and_where_the_cheap_detectors_
     text = "REPORT START\n" + filler[:100_000] + INJECTION + "\n" + filler[100_000:] + "REPORT END"
     verdict = guard.scan(text)
     [call] = recorder.calls
-    assert len(call) == 4  # the budget, not the ~450 windows the text holds
+    assert recorder.tokens() <= 4 * WINDOW_TOKENS  # the budget, not the ~450 windows the text holds
+    assert [len(w.ids) for w in call[:2]] == [EDGE_TOKENS, EDGE_TOKENS]
     read = recorder.texts()
     assert read[0].startswith("[CLS] report start")
     assert read[1].endswith("report end [SEP]")
     assert any("ignore all previous instructions" in w for w in read[2:])
     assert verdict.blocked and NEURAL_ID in verdict.rules
+
+
+@pytest.mark.parametrize("budget", [1, 2, 3, 8])
+@pytest.mark.parametrize("size", [3_000, 4_096, 50_000])
+def test_a_text_of_any_length_costs_at_most_the_budget_and_is_read_at_both_ends(
+        budget: int, size: int) -> None:
+    # R: P6, P5
+    recorder = Recorder(max_windows=budget)
+    guard = guard_with(recorder)
+    text = ("HEADLINE " + PROSE * (size // len(PROSE) + 1))[: size - len(" CLOSING")] + " CLOSING"
+    guard.scan(text)
+    [call] = recorder.calls
+    assert recorder.tokens() <= budget * WINDOW_TOKENS
+    assert all(len(w.ids) <= WINDOW_TOKENS for w in call)
+    read = recorder.texts()
+    assert read[0].startswith("[CLS] headline the quarterly report")
+    assert any(w.endswith("closing [SEP]") for w in read)
+
+
+def test_the_default_budget_reads_a_4_kb_tool_result_in_two_windows_of_tokens() -> None:
+    # R: P6
+    config = PromptGuardConfig(type="prompt_guard")
+    assert config.neural.max_windows == DEFAULT_MAX_WINDOWS == 2
+    recorder = Recorder(max_windows=config.neural.max_windows)
+    guard = guard_with(recorder)
+    text = (PROSE * 40)[:2_000] + INJECTION + "\n" + (PROSE * 40)[:2_000]
+    verdict = guard.scan(text)
+    assert len(recorder.calls) == 1 and recorder.tokens() <= 2 * WINDOW_TOKENS
+    assert any("ignore all previous instructions" in w for w in recorder.texts()[2:])  # the suspect window
+    assert verdict.blocked and NEURAL_ID in verdict.rules
+
+
+def test_windows_of_different_lengths_are_scored_in_one_call_each_as_when_scored_alone() -> None:
+    # R: P6
+    detector = NeuralDetector.load(DEFAULT_DIR)
+    prose = detector.windows(model_text(PROSE * 5), 2)
+    half = Window(prose[0].ids[: EDGE_TOKENS - 1] + prose[0].ids[-1:], 0)
+    [injection] = detector.windows(model_text(INJECTION), 1)
+    windows = [half, prose[0], injection, prose[1]]
+    assert len({len(w.ids) for w in windows}) == 4, [len(w.ids) for w in windows]
+    together = detector.probabilities(windows)
+    alone = [detector.probabilities([w])[0] for w in windows]
+    # int8 activations are quantised per batch, so a window's score moves a little with its batch
+    assert together == pytest.approx(alone, abs=0.02)
+    assert together[2] > detector.threshold > max(together[:2] + together[3:])
 
 
 def test_ten_megabytes_cost_the_window_budget_and_give_a_verdict() -> None:
@@ -86,7 +145,7 @@ def test_ten_megabytes_cost_the_window_budget_and_give_a_verdict() -> None:
     guard = guard_with(recorder)
     verdict = guard.scan(PROSE * 60_000)  # ~10 MB: scanned as head + tail of max_scan_bytes
     assert verdict.truncated
-    assert sum(len(call) for call in recorder.calls) <= 2 * 8  # two pieces, each within the budget
+    assert recorder.tokens() <= 2 * 8 * WINDOW_TOKENS  # two pieces, each within the budget
     assert not verdict.blocked
 
 
@@ -107,7 +166,7 @@ def test_hostile_input_gets_a_verdict_within_the_bounds_never_an_exception(text:
     verdict = guard.scan(text)
     assert 0.0 <= verdict.score <= 1.0
     assert verdict.verdict in ("allow", "block")
-    assert sum(len(call) for call in recorder.calls) <= 2 * 8
+    assert recorder.tokens() <= 2 * 8 * WINDOW_TOKENS
 
 
 def test_the_model_reads_look_alike_letters_as_latin_only_inside_mixed_words() -> None:
@@ -177,6 +236,36 @@ def test_a_missing_corrupt_or_mismatched_model_stops_start_up_with_the_file_name
     assert error(folder).startswith(f"{folder / 'model.json'}: not a readable model description")
 
 
+def test_splitting_fused_layer_norms_keeps_the_outputs_and_the_shipped_model_is_split(tmp_path: Path) -> None:
+    # R: P6
+    import numpy
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper, numpy_helper
+
+    from plugins.prompt_guard.training.neural import split_skip_layer_norm
+
+    rng = numpy.random.default_rng(3)
+    weights = [numpy_helper.from_array(rng.normal(size=8).astype(numpy.float32), name) for name in ("gamma", "beta", "bias")]
+    node = helper.make_node("SkipLayerNormalization", ["x", "skip", "gamma", "beta", "bias"], ["y"],
+                            domain="com.microsoft", epsilon=1e-12, name="fused")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3, 8]) for n in ("x", "skip")],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 8])], weights)
+    path = tmp_path / "fused.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]), path)
+    feed = {"x": rng.normal(size=(2, 3, 8)).astype(numpy.float32), "skip": rng.normal(size=(2, 3, 8)).astype(numpy.float32)}
+
+    def run() -> object:
+        return onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(["y"], feed)[0]
+
+    before = run()
+    assert split_skip_layer_norm(path) == 1
+    assert [n.op_type for n in onnx.load(str(path)).graph.node] == ["Add", "Add", "LayerNormalization"]
+    assert numpy.allclose(run(), before, atol=1e-5)
+    shipped = onnx.load(str(DEFAULT_DIR / "model.onnx"), load_external_data=False)
+    assert not any(n.op_type == "SkipLayerNormalization" for n in shipped.graph.node)
+
+
 async def test_a_broken_configured_model_stops_the_plugin_start(tmp_path: Path) -> None:
     # R: P6, G8
     folder = copy_model(tmp_path)
@@ -199,3 +288,29 @@ async def start(guard: PromptGuardPlugin, base_dir: Path | None = None) -> Promp
     async with httpx2.AsyncClient() as http:
         await guard.start(PluginEnv(http=http, metrics=CollectorRegistry(), route="assistant", base_dir=base_dir))
     return guard
+
+
+def test_the_window_budget_is_measured_on_validation_rows_only(tmp_path: Path) -> None:
+    # R: P7 — the tool that chose the default budget reads the rows training kept out, no others
+    from plugins.prompt_guard.training.neural import is_validation
+    from plugins.prompt_guard.training.window_budget import CachedDetector, validation_rows
+
+    texts = [f"{PROSE} row {i}" for i in range(1000)]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"text": t, "label": "benign", "kind": "file"}) + "\n" for t in texts))
+    rows = validation_rows([data])
+    assert [r["text"] for r in rows] == [t for t in texts if is_validation(t)]
+    assert 50 <= len(rows) <= 110  # 8 % by a hash of the text
+
+    base = NeuralDetector.load(DEFAULT_DIR)
+    cache: dict[tuple[int, ...], float] = {}
+    read: list[int] = []
+    text = "".join(f"Item {i}. {PROSE}" for i in range(30))  # ~25 windows, no two alike
+    guard = build_guard(PromptGuardConfig(type="prompt_guard"))
+    guard.neural = CachedDetector(base, 8, cache, read)
+    guard.scan(text)
+    assert len(cache) == 2 + 7 and read == [sum(len(w) for w in cache)] and read[0] <= 8 * WINDOW_TOKENS
+    guard.neural = CachedDetector(base, 2, cache, read)
+    guard.scan(text)
+    assert read[1] <= 2 * WINDOW_TOKENS
+    assert len(cache) <= 2 + 7 + 1  # its head and tail came from the cache
