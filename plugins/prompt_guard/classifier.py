@@ -120,6 +120,26 @@ class LinearModel:
             return self.bias + sums[-1]
         return self.bias + max(map(sub, islice(sums, w, None), sums))
 
+    def best_windows(self, normalized: bytes, count: int) -> list[tuple[float, int]]:
+        """Up to `count` non-overlapping windows of `window` tokens of UTF-8 normalised text with
+        the highest sums, best first, each as (sum, byte offset of its middle token): where the
+        model finds the most to object to (the window sums of `logit`, in one prefix-sum pass)."""
+        words = normalized.translate(TOKEN_TABLE)
+        tokens = words.split()
+        if not tokens:
+            return []
+        sums = list(accumulate(self._contributions(tokens), initial=0.0))
+        w = min(self.window, len(tokens))
+        totals = list(map(sub, islice(sums, w, None), sums))
+        out: list[tuple[float, int]] = []
+        while len(out) < count and (best := max(totals)) > -math.inf:
+            i = totals.index(best)
+            middle = i + w // 2  # its offset: what is left once the tokens before it are split off
+            out.append((best, len(words) - len(words.split(None, middle)[-1]) if middle else words.index(tokens[0])))
+            low, high = max(0, i - w + 1), min(len(totals), i + w)
+            totals[low:high] = [-math.inf] * (high - low)
+        return out
+
     def text_logit(self, normalized: bytes) -> float:
         """`logit` of the tokens of UTF-8 normalised text, by the compiled scorer when there is
         one (it tokenises as `tokenize` does and adds in the same order: the same number)."""

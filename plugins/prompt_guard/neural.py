@@ -198,7 +198,7 @@ class NeuralDetector:
     def spread(self, raw: str, first: Window, suspects: Callable[[], Sequence[tuple[int, int]]]) -> list[Window]:
         """The windows of a text longer than the budget, `max_windows` x `WINDOW_TOKENS` tokens
         at most: its head and its tail (`EDGE_TOKENS` each; `first` is the text's first full
-        window), then full windows over the middle of the raw-text ranges `suspects()` gives (most
+        window), then one full window over the middle of each raw-text range `suspects()` gives (most
         suspicious first; called only when the budget leaves room, since ranking them costs a pass
         of the cheap detectors)."""
         edge = EDGE_TOKENS - 2
@@ -210,7 +210,7 @@ class NeuralDetector:
         room = self.max_windows - 1  # full windows left after the two half ones
         if room > 0:
             for start, end in suspects():
-                got = [w for w in self.windows(model_text(raw[max(0, start) : end]), room, centre=True) if len(w.ids) > 2]
+                got = [w for w in self.windows(model_text(raw[max(0, start) : end]), 1, centre=True) if len(w.ids) > 2]
                 chosen += got
                 room -= len(got)
                 if room <= 0:

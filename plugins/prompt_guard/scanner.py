@@ -20,6 +20,7 @@ nothing of it runs or is imported.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -48,9 +49,13 @@ CLASSIFIER_ID = "classifier"
 ONNX_ID = "classifier.onnx"
 NEURAL_ID = "classifier.neural"
 SUSPECT_CHUNKS = 3
+SUSPECT_WINDOWS = 8
+SUSPECT_CHARS = 640
+"""The neural model's extra windows come from the best `SUSPECT_CHUNKS` chunks: ranges of this
+many characters centred on each chunk's best `SUSPECT_WINDOWS` n-gram windows."""
 SUB_BLOCK = 512
-"""The neural model's extra windows come from the best `SUSPECT_CHUNKS` chunks, narrowed to
-their best sub-blocks of this many characters."""
+"""Without an n-gram model, the best chunks are narrowed to their best blocks of this many
+characters by the rules and heuristics instead."""
 CHUNK_CHARS = 4096
 CHUNK_OVERLAP = 512
 REPORT_FLOOR = 0.25
@@ -171,12 +176,12 @@ class Guard:
             found.append(Evidence(ONNX_ID, self.onnx.evidence(raw)))
         best: list[Evidence] = []
         best_score = 0.0
-        scored: list[tuple[float, int]] = []
+        scored: list[tuple[float, float, int]] = []
         step = CHUNK_CHARS - CHUNK_OVERLAP
         for index, chunk in enumerate(chunks(norm)):
-            evidence = self._scan_chunk(chunk)
+            evidence, logit = self._score_chunk(chunk)
             score = combine(evidence)
-            scored.append((score, index * step))
+            scored.append((score, logit, index * step))
             if score > best_score:
                 best, best_score = evidence, score
         if self.neural is not None:
@@ -190,12 +195,33 @@ class Guard:
             best = [e for e in best if e.id != CLASSIFIER_ID]
         return [e for e in found + best if e.id not in self.disabled]
 
-    def _suspect_spans(self, raw: str, norm: str, scored: list[tuple[float, int]]) -> list[tuple[int, int]]:
-        """Raw-text ranges the neural model should read first: the sub-blocks of the best chunks
-        with the highest cheap scores (normalised offsets scaled to the raw text)."""
+    def _suspect_spans(self, raw: str, norm: str, scored: list[tuple[float, float, int]]) -> list[tuple[int, int]]:
+        """Raw-text ranges the neural model should read first (normalised offsets scaled to the
+        raw text), most suspicious first: in the best chunks (by cheap score, then n-gram logit),
+        `SUSPECT_CHARS` centred on the n-gram model's best windows, by their sums (its raw
+        opinion, which ranks where its floored evidence ties at zero), overlapping ones once."""
         ratio = len(raw) / max(1, len(norm))
+        best = [start for *_, start in sorted(scored, key=lambda s: (-s[0], -s[1], s[2]))[:SUSPECT_CHUNKS]]
+        if self.model is None or not self.settings.classifier or CLASSIFIER_ID in self.disabled:
+            return self._suspect_blocks(norm, best, ratio)
+        centres: list[tuple[float, int]] = []
+        for start in best:
+            chunk = norm[start : start + CHUNK_CHARS]
+            data = chunk.encode("utf-8", "surrogatepass")
+            for total, at in self.model.best_windows(data, SUSPECT_WINDOWS):
+                centres.append((total, start + (at if len(data) == len(chunk) else len(data[:at].decode("utf-8", "ignore")))))
+        half = SUSPECT_CHARS // 2
+        taken: list[int] = []
+        for _, mid in sorted(centres, key=lambda c: (-c[0], c[1])):
+            if all(abs(mid - other) >= half for other in taken):
+                taken.append(mid)
+        return [(int(max(0, mid - half) * ratio), int((mid + half) * ratio)) for mid in taken]
+
+    def _suspect_blocks(self, norm: str, best: list[int], ratio: float) -> list[tuple[int, int]]:
+        """`_suspect_spans` without an n-gram model: the blocks of the best chunks with the
+        highest rule and heuristic scores."""
         blocks: list[tuple[float, int]] = []
-        for _, start in sorted(scored, reverse=True)[:SUSPECT_CHUNKS]:
+        for start in best:
             for at in range(start, min(start + CHUNK_CHARS, len(norm)), SUB_BLOCK):
                 piece = norm[at : at + SUB_BLOCK]
                 if piece.strip():
@@ -205,7 +231,12 @@ class Guard:
         return [(int(max(0, at - margin) * ratio), int((at + SUB_BLOCK + margin) * ratio)) for _, at in blocks]
 
     def _scan_chunk(self, norm: str) -> list[Evidence]:
+        return self._score_chunk(norm)[0]
+
+    def _score_chunk(self, norm: str) -> tuple[list[Evidence], float]:
+        """The chunk's evidence, and the n-gram model's raw logit (-inf without one)."""
         found: list[Evidence] = []
+        logit = -math.inf
         data = norm.encode("utf-8", "surrogatepass")
         hits = self._literals.find(norm, data)
         classify = self.settings.classifier and self.model is not None and CLASSIFIER_ID not in self.disabled
@@ -214,14 +245,14 @@ class Guard:
             table, matcher = self._one_pass
             indexes, logit = native_scan(data, table, matcher, self.model.window, self.model.bias)
             found += [Evidence(r.id, r.weight) for r in self.pack.rules_at(indexes, hits)]
-            classifier = self.model.logit_evidence(logit)
         else:
             if self.settings.rules:
                 found += [Evidence(r.id, r.weight) for r in self.pack.match_text(data, hits)]
-            classifier = self.model.text_evidence(data) if classify else 0.0
+            if classify:
+                logit = self.model.text_logit(data)
         if self.settings.heuristics:
             found += heuristics.chat_markers(hits)
             found += heuristics.exfil_links(norm)
         if classify:
-            found.append(Evidence(CLASSIFIER_ID, classifier))
-        return [e for e in found if e.id not in self.disabled]
+            found.append(Evidence(CLASSIFIER_ID, self.model.logit_evidence(logit)))
+        return [e for e in found if e.id not in self.disabled], logit

@@ -7,6 +7,7 @@ import base64
 import pytest
 
 from plugins.prompt_guard.classifier import DEFAULT_MODEL, LinearModel
+from plugins.prompt_guard.normalize import normalize
 from plugins.prompt_guard.rulepack import DEFAULT_RULES, RulePackError, load_rules
 from plugins.prompt_guard.scanner import Guard, GuardSettings, Verdict, chunks
 
@@ -107,6 +108,22 @@ def test_an_instruction_buried_in_the_middle_of_a_long_benign_document_is_blocke
     assert verdict.blocked
     assert "override.ignore_previous" in verdict.rules
     assert scan(filler + filler).verdict == "allow"
+
+
+def test_the_classifier_names_its_best_windows_by_sum_and_where_they_lie() -> None:
+    # R: P6 -- the neural model's suspect windows are centred on the n-gram model's best windows
+    data = normalize(PARAGRAPH * 6 + INJECTION + "\n" + PARAGRAPH * 6).encode()
+    found = MODEL.best_windows(data, 5)
+    assert len(found) == 5
+    sums = [total for total, _ in found]
+    assert sums == sorted(sums, reverse=True)
+    assert sums[0] == pytest.approx(MODEL.text_logit(data) - MODEL.bias)  # the window `logit` scores
+    injected = data.index(b"ignore all previous")
+    assert injected <= found[0][1] < injected + len(INJECTION)
+    starts = sorted(at for _, at in found)  # no two overlap: their middles lie a window apart
+    assert all(len(data[a:b].split()) >= MODEL.window for a, b in zip(starts, starts[1:]))
+    assert MODEL.best_windows(b"", 3) == MODEL.best_windows(b" ... ", 3) == []
+    assert MODEL.best_windows(b"two words", 3) == [(pytest.approx(MODEL.text_logit(b"two words") - MODEL.bias), 4)]
 
 
 def test_chunks_overlap_so_a_phrase_on_a_boundary_is_whole_in_one_chunk() -> None:
