@@ -10,9 +10,9 @@ injected paragraph is not diluted by a long benign document around it.
 
 The neural detector (`neural`, id `classifier.neural`, P6) reads each scanned piece by token
 windows: the whole piece when it fits its window budget, else the head, the tail and the parts
-the cheap detectors find most suspicious (the best chunks, narrowed to their best sub-blocks).
-While it is on, the n-gram classifier's evidence only ranks the chunks; the verdict is the
-neural model's with the rules and heuristics.
+the cheap detectors find most suspicious (in the best chunks, one window centred on each of the
+n-gram model's best windows). While it is on, the n-gram classifier only chooses where the
+neural model reads; the verdict is the neural model's with the rules and heuristics.
 An optional operator-supplied ONNX model (`onnx_backend`, id `classifier.onnx`) reads each
 scanned piece as written and adds its probability to the piece's evidence; without one,
 nothing of it runs or is imported.

@@ -77,10 +77,11 @@ def test_a_text_that_fits_the_budget_is_read_whole_window_by_window() -> None:
     assert read.startswith("[CLS] the quarterly report") and "thursday. [SEP]" in read[-40:]
 
 
-def test_a_long_text_is_read_at_its_head_its_tail_and_where_the_cheap_detectors_point() -> None:
-    # R: P6, P5
+@pytest.mark.parametrize("settings", [{}, {"detectors": {"classifier": False}}], ids=["ngram", "rules-only"])
+def test_a_long_text_is_read_at_its_head_its_tail_and_where_the_cheap_detectors_point(settings: dict) -> None:
+    # R: P6, P5 -- the n-gram model's best spans rank the suspects; without it, the rules' blocks
     recorder = Recorder(max_windows=4)
-    guard = guard_with(recorder)
+    guard = guard_with(recorder, **settings)
     filler = PROSE * 1200  # ~200 KB of benign prose
     text = "REPORT START\n" + filler[:100_000] + INJECTION + "\n" + filler[100_000:] + "REPORT END"
     verdict = guard.scan(text)
