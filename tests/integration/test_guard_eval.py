@@ -50,9 +50,10 @@ def test_a_bad_row_makes_the_command_exit_non_zero_with_the_line_number(tmp_path
 
 def test_the_shipped_guard_does_not_regress_on_held_out_tool_output() -> None:
     # R: P3, P4, P6, P7 — a regression gate on a third of the held-out split (sources never trained
-    # or tuned on), with the shipped neural detector on. It pins today's figures (recall 0.639,
-    # FPR 0.025 on this subset with the default budget of 2 windows; 0.665 / 0.0225 with 8; the
-    # previous scorer gave 0.735 / 0.148), not the targets of 0.90 and 0.01, which the shipped
+    # or tuned on), with the shipped neural detector on. It pins earlier figures (recall 0.639,
+    # FPR 0.025 on this subset with the default budget of 2 windows and the block ranking; 0.675 /
+    # 0.020 since the suspect window follows the n-gram model's best span; 0.665 / 0.0225 with 8;
+    # the previous scorer gave 0.735 / 0.148), not the targets of 0.90 and 0.01, which the shipped
     # model does not reach yet (see docs/prompt_guard.md). The floors sit a point or so below
     # today's figures: int8 activations are quantised per batch in float kernels that differ by
     # CPU, so a few rows near the threshold may flip on another machine; a real regression moves more.
@@ -69,7 +70,8 @@ def test_the_shipped_guard_does_not_regress_on_held_out_tool_output() -> None:
 
 def test_benign_technical_text_about_llms_and_mcp_is_rarely_blocked() -> None:
     # R: P6, P7 — held-out documentation and code of the MCP SDK, pydantic-ai and fastmcp (never
-    # trained on): 7 of 390 benign slices blocked today (1.8 %; the previous scorer: 3.9 %).
+    # trained on): 6 of 390 benign slices blocked today (1.5 %, 7 before the n-gram span ranking; the
+    # previous scorer: 3.9 %).
     guard = build_guard(PromptGuardConfig(type="prompt_guard"))
     tally = Tally()
     for row in load_rows(TECHDOCS):
