@@ -12,7 +12,6 @@ item of an id, as on the CRUD routes (api_support.addressed).
 from __future__ import annotations
 
 import dataclasses
-
 from typing import Any
 
 import mcp_types as types

@@ -17,6 +17,11 @@ ItemKey = tuple[str, str]
 store row, cache, pool and binding of one is keyed by both, never by the id alone."""
 
 
+def item_label(key: ItemKey) -> str:
+    """`owner/id`: how logs name a connection or bridge (two owners' `gh` read apart)."""
+    return "/".join(key)
+
+
 class Owned:
     """A connection or a bridge: an id unique among its owner's (not across owners)."""
 
@@ -30,8 +35,8 @@ class Owned:
 
     @property
     def label(self) -> str:
-        """`owner/id`: how logs name it (two owners' `gh` read apart)."""
-        return f"{self.owner}/{self.id}"
+        """How logs name it (`item_label`)."""
+        return item_label(self.key)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from mcp import MCPError
 from prometheus_client import CollectorRegistry
 
 from gateway.bridge.gate import outbound
-from gateway.bridge.records import ConnectionRecord, ItemKey
+from gateway.bridge.records import ConnectionRecord, ItemKey, item_label
 from gateway.bridge.relay import Downstream, Relay
 from gateway.egress import UNUSABLE, EgressPolicy
 from gateway.mcp.connection import ClientFactory, McpConnection, Operation
@@ -256,7 +256,7 @@ class Upstreams:
         relay = self._relays.get((key, caller))
         if relay is None:
             relay = Relay(
-                "/".join(key), on_list_changed=lambda: self._catalogs.pop(key, None),
+                item_label(key), on_list_changed=lambda: self._catalogs.pop(key, None),
                 alive=lambda session_id: self.downstream_alive(session_id),
             )
             self._relays[(key, caller)] = relay
@@ -296,7 +296,7 @@ class Upstreams:
                                 warnings.simplefilter("ignore")  # subscriptions: deprecated as of 2026-07-28
                                 await client.subscribe_resource(uri)
                         except Exception as exc:  # the server refuses it now: the caller sees no updates for it
-                            log.info("connection %s: resubscribing a resource failed: %s", "/".join(key), describe(exc))
+                            log.info("connection %s: resubscribing a resource failed: %s", item_label(key), describe(exc))
                     yield client
 
             return resubscribed
