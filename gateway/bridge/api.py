@@ -169,8 +169,11 @@ class BridgeApi:
         caller, bridge = await self._bridge(request)
         data = await self._store.load_graph(bridge.key)
         names = [p.name for p in Graph.model_validate(data).pipelines] if data else []
-        default = named(await self._store.find_bridges(caller.owners, bridge.id), caller.owners, bridge.id)
-        path = f"/mcp/{bridge.id}" if default is not None and default.key == bridge.key else f"/mcp/{bridge.id}?{urlencode({'owner': bridge.owner})}"
+        path = f"/mcp/{bridge.id}"
+        if "owner" in request.query_params:  # else the path's id named it, as /mcp/<id> will (no second read)
+            default = named(await self._store.find_bridges(caller.owners, bridge.id), caller.owners, bridge.id)
+            if default != bridge:
+                path += f"?{urlencode({'owner': bridge.owner})}"
         return JSONResponse({**bridge.public(), "pipelines": names, "mcpPath": path})
 
     async def delete_bridge(self, request: Request) -> Response:
