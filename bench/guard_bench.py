@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from plugins.prompt_guard.config import PromptGuardConfig
-from plugins.prompt_guard.evaluation import Row, Tally, load_rows
+from plugins.prompt_guard.evaluation import Row, Tally, load_rows, pct
 from plugins.prompt_guard.plugin import build_guard
 
 ROOT = Path(__file__).resolve().parent
@@ -97,10 +97,6 @@ def corpus(rows: list[Row]) -> tuple[list[str], str]:
     blob = "\n".join(benign)
     pieces = [blob[i : i + 4096] for i in range(0, min(len(blob), 4096 * 200), 4096)]
     return [p for p in pieces if len(p) == 4096], (blob * (1 + 1_000_000 // max(1, len(blob))))[:1_000_000]
-
-
-def pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def tool_rows(rows: list[Row]) -> list[Row]:

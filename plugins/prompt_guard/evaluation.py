@@ -143,7 +143,8 @@ def prediction_line(verdict: Verdict) -> str:
     return json.dumps({"verdict": verdict.verdict, "score": verdict.score, "rules": list(verdict.rules)})
 
 
-def _pct(value: float | None) -> str:
+def pct(value: float | None) -> str:
+    """A share as a percentage with one decimal; "-" when undefined (no rows)."""
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
@@ -151,7 +152,7 @@ def _table(title: str, slices: dict[str, Tally]) -> list[str]:
     out = [f"{title:<28} {'rows':>6} {'precision':>10} {'recall':>8} {'FPR':>7}"]
     for name, tally in sorted(slices.items()):
         m = tally.metrics()
-        out.append(f"{name:<28} {m['rows']:>6} {_pct(m['precision']):>10} {_pct(m['recall']):>8} {_pct(m['fpr']):>7}")
+        out.append(f"{name:<28} {m['rows']:>6} {pct(m['precision']):>10} {pct(m['recall']):>8} {pct(m['fpr']):>7}")
     return out
 
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from plugins.prompt_guard.config import PromptGuardConfig
-from plugins.prompt_guard.evaluation import Tally
+from plugins.prompt_guard.evaluation import Tally, pct
 from plugins.prompt_guard.neural import DEFAULT_DIR, NeuralDetector, Window, model_text
 from plugins.prompt_guard.plugin import build_guard
 from plugins.prompt_guard.training.neural import is_validation
@@ -55,11 +55,6 @@ class CachedDetector(NeuralDetector):
         return [self.cache[w.ids] for w in windows]
 
 
-def pct(tally: Tally, key: str) -> str:
-    value = tally.metrics()[key]
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, action="append", required=True, help="a training JSONL file (repeat)")
@@ -85,7 +80,7 @@ def main() -> None:
             if is_long and row["kind"] != "prompt":
                 tallies["long"].add(row["label"], blocked)
                 long_read.append(sum(read[before:]))
-        cells = [f"{pct(t, 'recall')} / {pct(t, 'fpr')}" for t in tallies.values()]
+        cells = [f"{pct(t.metrics()['recall'])} / {pct(t.metrics()['fpr'])}" for t in tallies.values()]
         lines.append(f"| {budget} | " + " | ".join(cells) + f" | {sum(long_read) / max(1, len(long_read)):.0f} |")
         print(lines[-1], flush=True)
     tool = [r for r in rows if r["kind"] != "prompt"]
