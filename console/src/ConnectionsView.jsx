@@ -16,11 +16,6 @@ function OwnerSelect({ value, onChange, name }) {
 
 const blankConnection = () => ({ id: "", endpoint: "", prefix: "", owner: owners()[0], header: "", secret: "" });
 const blankBridge = () => ({ id: "", owner: owners()[0], connections: [] });
-// A bridge's MCP path: an org bridge that one of the caller's own shadows (same id) is reached with ?owner=.
-const mcpPath = (b, bridges) => {
-  const shadowed = b.owner.startsWith("org:") && bridges.some((o) => o.id === b.id && !o.owner.startsWith("org:"));
-  return shadowed ? `/mcp/${b.id}?owner=${encodeURIComponent(b.owner)}` : `/mcp/${b.id}`;
-};
 const editorHash = (b) => `#/bridges/${encodeURIComponent(b.id)}?owner=${encodeURIComponent(b.owner)}`;
 
 export function ConnectionsView() {
@@ -107,7 +102,7 @@ export function ConnectionsView() {
             {bridges.map((b) => (
               <tr key={`${b.owner} ${b.id}`} data-id={b.id} data-owner={b.owner}>
                 <td><a href={editorHash(b)}>{b.id}</a></td><td>{b.owner}</td>
-                <td>{b.connections.join(", ")}</td><td><code>{mcpPath(b, bridges)}</code></td><td>{b.source}</td>
+                <td>{b.connections.join(", ")}</td><td><code>{b.mcpPath}</code></td><td>{b.source}</td>
                 <td>
                   <a className="button" href={editorHash(b)}>Edit graph</a>
                   {b.source === "api" && <>

@@ -268,7 +268,7 @@ function Editor({ bridgeId, owner }) {
     <main className="editor">
       <div className="toolbar">
         <a href="#/connections">← Bridges</a>
-        <strong>Bridge {bridge.id}</strong> <code>{bridge.mcpPath || `/mcp/${bridge.id}`}</code>
+        <strong>Bridge {bridge.id}</strong> <code>{bridge.mcpPath}</code>
         {["input", "tool", "merge", "output"].map((k) => <button key={k} onClick={() => addNode(k)}>+ {k}</button>)}
         <button className="primary" onClick={save}>Save</button>
         {status && <span role="status" className={status.error ? "error" : "ok"}>{status.text}</span>}

@@ -106,7 +106,9 @@ class BridgeApi:
     async def list_bridges(self, request: Request) -> Response:
         """GET /bridges: the caller's bridges."""
         caller = await caller_of(request, self._auth)
-        return JSONResponse({"data": [b.public() for b in await self._store.list_bridges(caller.owners)]})
+        listed = await self._store.list_bridges(caller.owners)
+        named_by_id = visible_by_id(listed, caller.owners)  # what each bare id names (tenancy.py)
+        return JSONResponse({"data": [{**b.public(), "mcpPath": mcp_path(b, named_by_id.get(b.id))} for b in listed]})
 
     async def create_bridge(self, request: Request) -> Response:
         """POST /bridges: a new bridge over the caller's connections."""
@@ -169,12 +171,10 @@ class BridgeApi:
         caller, bridge = await self._bridge(request)
         data = await self._store.load_graph(bridge.key)
         names = [p.name for p in Graph.model_validate(data).pipelines] if data else []
-        path = f"/mcp/{bridge.id}"
-        if "owner" in request.query_params:  # else the path's id named it, as /mcp/<id> will (no second read)
+        default = bridge  # without ?owner= the path's id named it, as /mcp/<id> will (no second read)
+        if "owner" in request.query_params:
             default = named(await self._store.find_bridges(caller.owners, bridge.id), caller.owners, bridge.id)
-            if default != bridge:
-                path += f"?{urlencode({'owner': bridge.owner})}"
-        return JSONResponse({**bridge.public(), "pipelines": names, "mcpPath": path})
+        return JSONResponse({**bridge.public(), "pipelines": names, "mcpPath": mcp_path(bridge, default)})
 
     async def delete_bridge(self, request: Request) -> Response:
         """DELETE /bridges/{id}: remove an API-made bridge and its graph."""
@@ -390,6 +390,13 @@ def _if_match(value: str | None) -> int | None:
     if len(tag) < 3 or tag[0] != '"' or tag[-1] != '"' or not (tag[1:-1].isascii() and tag[1:-1].isdigit()):
         raise BadRequest(f'If-Match: expected the graph\'s ETag, e.g. "3" (from GET …/graph), not {value[:40]!r}')
     return int(tag[1:-1])
+
+
+def mcp_path(bridge: BridgeRecord, default: BridgeRecord | None) -> str:
+    """Where MCP clients reach `bridge`: `/mcp/<id>`, with `?owner=` when its id alone names
+    `default`, another of the caller's items (tenancy.py: their own shadows their org's)."""
+    path = f"/mcp/{bridge.id}"
+    return path if default == bridge else f"{path}?{urlencode({'owner': bridge.owner})}"
 
 
 def _first_error(exc: ValidationError) -> str:
