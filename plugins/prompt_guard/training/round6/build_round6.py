@@ -40,6 +40,7 @@ import random
 import re
 import unicodedata
 import zipfile
+import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -194,11 +195,22 @@ def read_agentic(z: zipfile.ZipFile) -> list[Item]:
     return out
 
 
+_CANARY = re.compile(r"RAGINJECT_[A-Z]+_\d+")
+
+
+def _uncanary(text: str) -> str:
+    """raginject's payloads ask for its canary codes (`RAGINJECT_AUTH_001`), which no other text
+    carries: a model would learn the name instead of the instruction. Each becomes a neutral code
+    (`REF-4821`, the same for the same canary)."""
+    return _CANARY.sub(lambda m: f"REF-{zlib.crc32(m.group(0).encode()) % 9000 + 1000}", text)
+
+
 def read_raginject(z: zipfile.ZipFile) -> list[Item]:
     out: list[Item] = []
     for name in sorted(n for n in z.namelist() if n.startswith("raginject/attacks/patterns/") and n.endswith(".yaml")):
         for it in yaml_items(z.read(name).decode()):
-            doc, payload = it.get("injected_content", "").strip("\n"), it.get("payload", "").strip()
+            doc, payload = (_uncanary(it.get(k, "")) for k in ("injected_content", "payload"))
+            doc, payload = doc.strip("\n"), payload.strip()
             if not doc or not payload or payload not in doc:
                 continue
             out.append({"text": doc, "label": "injection", "kind": "tool_output", "payload": payload})
