@@ -1,10 +1,11 @@
-"""prompt_guard benchmark: the shipped guard (neural detector on) against the same guard with the
-neural detector's earlier window budget (`WIDE_BUDGET`), the previous scorer (the same guard with
-the neural detector off) and a plain `str.lower()` + `in` keyword scan, all in the same run:
+"""prompt_guard benchmark: the shipped guard (neural detector on) against, in the same run, the same
+guard with an earlier neural model (`--earlier-model DIR`, e.g. the model the shipped one replaced)
+or with the neural detector's earlier window budget (`--wide`, `WIDE_BUDGET` windows), the previous
+scorer (the same guard with the neural detector off) and a plain `str.lower()` + `in` keyword scan:
 held-out accuracy per file, source and language, 4 KB latency, the time of a 1 MB document, and
 the model's load time; one core (onnxruntime runs single-threaded).
 
-    .venv/bin/python bench/guard_bench.py [--out bench/results/guard.md] [--quick]
+    .venv/bin/python bench/guard_bench.py [--earlier-model DIR] [--wide] [--out bench/results/guard.md] [--quick]
 
 Writes a Markdown table (with the date, `uname -m` and the CPU model) and prints it.
 """
@@ -44,7 +45,7 @@ KEYWORDS = [
 TOOL_KINDS = {"code", "email", "web", "file", "ticket", "tool_output"}
 WIDE_BUDGET = 8
 """The neural detector's window budget before it was chosen for the 4 KB latency target
-(docs/prompt_guard.md, "Window budget"): measured beside the default in the same run."""
+(docs/prompt_guard.md, "Window budget"): measured beside the default with `--wide`."""
 
 
 def keyword_scan(text: str) -> bool:
@@ -117,6 +118,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "guard.md")
     parser.add_argument("--quick", action="store_true", help="fewer rounds (smoke run)")
+    parser.add_argument("--earlier-model", type=Path, help="a neural model folder to measure beside the shipped one")
+    parser.add_argument("--earlier-name", default="the earlier model", help="its name in the tables")
+    parser.add_argument("--wide", action="store_true", help=f"also the shipped model at `max_windows: {WIDE_BUDGET}`")
     args = parser.parse_args()
     from plugins.prompt_guard.neural import DEFAULT_DIR, NeuralDetector
 
@@ -125,23 +129,30 @@ def main() -> None:
         began = time.perf_counter()
         NeuralDetector.load(DEFAULT_DIR)
         loads.append(time.perf_counter() - began)
-    guard = build_guard(PromptGuardConfig(type="prompt_guard"))
-    budget = guard.neural.max_windows if guard.neural is not None else 0
-    wide = build_guard(PromptGuardConfig.model_validate({"type": "prompt_guard", "neural": {"max_windows": WIDE_BUDGET}}))
-    previous = build_guard(PromptGuardConfig.model_validate({"type": "prompt_guard", "detectors": {"neural": False}}))
+
+    def guard_of(**settings: object) -> Callable[[str], bool]:
+        guard = build_guard(PromptGuardConfig.model_validate({"type": "prompt_guard", **settings}))
+        return lambda t: guard.scan(t).blocked
+
+    budget = PromptGuardConfig(type="prompt_guard").neural.max_windows
+    scanners: list[tuple[str, str, Callable[[str], bool]]] = [
+        (f"prompt_guard, shipped default (neural detector, {budget} windows a text, + cheap detectors)", "shipped",
+         guard_of())]
+    if args.earlier_model:
+        scanners.append((f"the same guard with {args.earlier_name} (`neural.model_dir`)", args.earlier_name,
+                         guard_of(neural={"model_dir": str(args.earlier_model.resolve())})))
+    if args.wide:
+        scanners.append((f"the same with `neural.max_windows: {WIDE_BUDGET}`", f"{WIDE_BUDGET} windows",
+                         guard_of(neural={"max_windows": WIDE_BUDGET})))
+    scanners += [("previous scorer (cheap detectors: rules, heuristics, n-gram model)", "previous",
+                  guard_of(detectors={"neural": False})),
+                 ("baseline: str.lower() + in, 16 keywords", "keywords", keyword_scan)]
     files = {name: load_rows(path) for name, path in HELDOUT_FILES.items() if path.is_file()}
     small, big = corpus(files["held-out (round 2)"])
     rounds = 2 if args.quick else 10
-    scanners: list[tuple[str, Callable[[str], bool]]] = [
-        (f"prompt_guard, shipped default (neural detector, {budget} windows a text, + cheap detectors)",
-         lambda t: guard.scan(t).blocked),
-        (f"the same with `neural.max_windows: {WIDE_BUDGET}` (the default until 2026-12-01)", lambda t: wide.scan(t).blocked),
-        ("previous scorer (cheap detectors: rules, heuristics, n-gram model)", lambda t: previous.scan(t).blocked),
-        ("baseline: str.lower() + in, 16 keywords", keyword_scan),
-    ]
-    for _, scan in scanners:
+    for _, _, scan in scanners:
         latencies(scan, small, 1)  # warm-up: first touches of the model tables and regex caches
-    speeds = throughputs([scan for _, scan in scanners], big, 3 if args.quick else 9)
+    speeds = throughputs([scan for _, _, scan in scanners], big, 3 if args.quick else 9)
     lines = [
         "# prompt_guard benchmark",
         "",
@@ -155,24 +166,25 @@ def main() -> None:
     ]
     detail: dict[str, dict[str, dict[str, Tally]]] = {}
     size = len(big.encode("utf-8"))
-    for (name, scan), mbps in zip(scanners, speeds):
+    for (name, _, scan), mbps in zip(scanners, speeds):
         lat = sorted(latencies(scan, small, rounds))
         p50, p99 = statistics.median(lat), lat[int(0.99 * (len(lat) - 1))]
         detail[name] = {label: slices(rows, scan) for label, rows in files.items()}
         cells = [f"{pct(g['all'].metrics()['recall'])} / {pct(g['all'].metrics()['fpr'])}" for g in detail[name].values()]
         lines.append(f"| {name} | {1000 * size / 1e6 / mbps:.0f} ms ({mbps:.1f} MB/s) | {p50 * 1e3:.2f} ms | "
                      f"{p99 * 1e3:.2f} ms | " + " | ".join(cells) + " |")
-    shipped, wider, old = scanners[0][0], scanners[1][0], scanners[2][0]
-    lines += ["", f"Tool-output rows by file, source and language (recall / FPR; shipped default, then `max_windows: "
-              f"{WIDE_BUDGET}`, then the previous scorer):", "",
-              f"| file | slice | injection | benign | shipped recall | shipped FPR | {WIDE_BUDGET} windows recall | "
-              f"{WIDE_BUDGET} windows FPR | previous recall | previous FPR |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+    compared = scanners[:-1]  # the keyword baseline only in the summary
+    lines += ["", "Tool-output rows by file, source and language (recall / FPR; " + ", then ".join(s for _, s, _ in compared)
+              + "):", "",
+              "| file | slice | injection | benign | " + " | ".join(f"{s} recall | {s} FPR" for _, s, _ in compared) + " |",
+              "|---|---|---|---|" + "---|---|" * len(compared)]
+    first = compared[0][0]
     for label in files:
-        for key, tally in sorted(detail[shipped][label].items(), key=lambda kv: (kv[0] != "all", kv[0])):
-            m, w, o = tally.metrics(), detail[wider][label][key].metrics(), detail[old][label][key].metrics()
-            lines.append(f"| {label} | {key} | {m['injection']} | {m['benign']} | {pct(m['recall'])} | {pct(m['fpr'])} | "
-                         f"{pct(w['recall'])} | {pct(w['fpr'])} | {pct(o['recall'])} | {pct(o['fpr'])} |")
+        for key, tally in sorted(detail[first][label].items(), key=lambda kv: (kv[0] != "all", kv[0])):
+            m = tally.metrics()
+            cells = [detail[name][label][key].metrics() for name, _, _ in compared]
+            lines.append(f"| {label} | {key} | {m['injection']} | {m['benign']} | "
+                         + " | ".join(f"{pct(c['recall'])} | {pct(c['fpr'])}" for c in cells) + " |")
     lines += ["", "Data: " + ", ".join(f"`{HELDOUT_FILES[n].relative_to(ROOT.parent)}` ({len(r)} rows)" for n, r in files.items())
               + "; provenance in `plugins/prompt_guard/DATA.md`. Only tool-output rows (every kind but `prompt`) are "
               f"counted. Latency: {len(small)} different 4 KB benign held-out tool results x {rounds} rounds; "
