@@ -43,6 +43,9 @@ DEFAULT_MAX_WINDOWS = 2
 target is 25 ms); chosen on the validation split (docs/prompt_guard.md, "Window budget")."""
 DEFAULT_DIR = Path(__file__).parent / "model" / "neural"
 FORMAT = "toolgate-guard-neural/1"
+DEFAULT_SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"}
+"""The BERT tokens a model's windows start, end and are padded with, unless its `model.json`
+names others (`special_tokens`; e.g. `<s>`, `</s>`, `<pad>` for an XLM-R vocabulary)."""
 _WORD = re.compile(r"\w+")
 _LATIN = re.compile("[a-zA-Z]")
 
@@ -68,7 +71,8 @@ def model_text(raw: str) -> str:
 
 @dataclass(frozen=True)
 class Window:
-    """One model input: token ids with [CLS]/[SEP], and where it starts in the scanned text."""
+    """One model input: token ids with the model's CLS/SEP tokens ([CLS]/[SEP] for a BERT
+    vocabulary), and where it starts in the scanned text."""
 
     ids: tuple[int, ...]
     start: int
@@ -81,7 +85,8 @@ def _sha256(path: Path) -> str:
 class NeuralDetector:
     """`probability(text, suspects)` → the highest injection probability over the windows read."""
 
-    def __init__(self, session: Any, tokenizer: Any, threshold: float, max_windows: int, source: str) -> None:
+    def __init__(self, session: Any, tokenizer: Any, threshold: float, max_windows: int, source: str,
+                 special_tokens: dict[str, str] | None = None) -> None:
         import numpy
 
         self._np = numpy
@@ -90,10 +95,13 @@ class NeuralDetector:
         self.threshold = threshold
         self.max_windows = max_windows
         self.source = source
-        self._cls = tokenizer.token_to_id("[CLS]")
-        self._sep = tokenizer.token_to_id("[SEP]")
-        if self._cls is None or self._sep is None:
-            raise NeuralModelError(f"{source}: the tokenizer has no [CLS]/[SEP] tokens; it is not the model's tokenizer")
+        names = {**DEFAULT_SPECIAL_TOKENS, **(special_tokens or {})}
+        self.special_tokens = names
+        ids = {role: tokenizer.token_to_id(names[role]) for role in ("cls", "sep", "pad")}
+        missing = [names[role] for role, i in ids.items() if i is None]
+        if missing:
+            raise NeuralModelError(f"{source}: the tokenizer has no {'/'.join(missing)} token; it is not the model's tokenizer")
+        self._cls, self._sep, self._pad = ids["cls"], ids["sep"], ids["pad"]
         names = sorted(i.name for i in session.get_inputs())
         if names != ["attention_mask", "input_ids"]:
             raise NeuralModelError(f"{source}: model inputs {names}; expected attention_mask and input_ids")
@@ -144,7 +152,11 @@ class NeuralDetector:
         chosen = threshold if threshold is not None else card.get("threshold")
         if not isinstance(chosen, (int, float)) or not 0.0 < chosen < 1.0:
             raise NeuralModelError(f"{card_path}: no threshold in (0, 1) recorded for the model")
-        return cls(session, tokenizer, float(chosen), max_windows, str(directory))
+        special = card.get("special_tokens")
+        if special is not None and not (isinstance(special, dict) and set(special) <= set(DEFAULT_SPECIAL_TOKENS)
+                                        and all(isinstance(v, str) for v in special.values())):
+            raise NeuralModelError(f"{card_path}: special_tokens must map cls/sep/pad to token strings")
+        return cls(session, tokenizer, float(chosen), max_windows, str(directory), special)
 
     def windows(self, text: str, limit: int, centre: bool = False) -> list[Window]:
         """Up to `limit` overlapping windows from the start of `text` (`centre`: from where they
@@ -178,10 +190,12 @@ class NeuralDetector:
 
     def _run(self, windows: Sequence[Window], width: int) -> list[float]:
         np = self._np
-        ids = np.zeros((len(windows), width), dtype=np.int64)
+        ids = np.full((len(windows), width), self._pad, dtype=np.int64)
+        mask = np.zeros((len(windows), width), dtype=np.int64)
         for row, w in enumerate(windows):
             ids[row, : len(w.ids)] = w.ids
-        logits = self.session.run(["logits"], {"input_ids": ids, "attention_mask": (ids != 0).astype(np.int64)})[0]
+            mask[row, : len(w.ids)] = 1
+        logits = self.session.run(["logits"], {"input_ids": ids, "attention_mask": mask})[0]
         return [1.0 / (1.0 + math.exp(-max(min(float(z), 60.0), -60.0))) for z in logits[:, 0]]
 
     def probability(self, raw: str, suspects: Callable[[], Sequence[tuple[int, int]]] = tuple) -> float:

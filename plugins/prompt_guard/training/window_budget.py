@@ -43,7 +43,8 @@ class CachedDetector(NeuralDetector):
 
     def __init__(self, base: NeuralDetector, max_windows: int, cache: dict[tuple[int, ...], float],
                  read: list[int]) -> None:
-        super().__init__(base.session, base.tokenizer, base.threshold, max_windows, base.source)
+        super().__init__(base.session, base.tokenizer, base.threshold, max_windows, base.source,
+                         base.special_tokens)
         self.cache = cache
         self.read = read
 
