@@ -15,6 +15,7 @@ import pytest
 
 from plugins.prompt_guard.training.round5 import build_round5
 from plugins.prompt_guard.training.round5 import fragments_train as f5
+from plugins.prompt_guard.training.round6.build_round6 import strings_in
 
 PLACEHOLDER = re.compile(r"\{\w+\}")
 WORDINGS = {("injection", "en"): f5.INJ_EN, ("injection", "fr"): f5.INJ_FR, ("injection", "uk"): f5.INJ_UK,
@@ -54,17 +55,6 @@ def _json_string(piece: str) -> list[str]:
 def _grams(text: str, n: int = 8) -> set[str]:
     words = re.findall(r"\w+", text.lower())
     return {" ".join(words[i : i + n]) for i in range(len(words) - n + 1)}
-
-
-def _strings(value: Any) -> list[str]:
-    """Every string inside `value` (nested lists, tuples, dicts and their keys)."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for k, v in value.items() for s in _strings(k) + _strings(v)]
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [s for v in value for s in _strings(v)]
-    return []
 
 
 def test_rows_are_balanced_in_three_languages_and_shaped_for_training(rows: list[dict[str, Any]]) -> None:
@@ -131,7 +121,7 @@ def test_no_round5_wording_or_address_comes_from_the_round4_heldout_material() -
     from plugins.prompt_guard.training.round4 import fragments_heldout, redteam
 
     held = [s for mod in (fragments_heldout, redteam) for name, v in vars(mod).items()
-            if not name.startswith("__") for s in _strings(v)]
+            if not name.startswith("__") for s in strings_in(v)]
     held += [r["text"] for r in redteam.rows()]
     held_lower = [h.lower() for h in held if len(h.split()) >= 5]
     held_grams = set().union(*(_grams(h) for h in held))
@@ -143,10 +133,10 @@ def test_no_round5_wording_or_address_comes_from_the_round4_heldout_material() -
                 clashes.append((key, i))  # names the round-5 item only
     assert not clashes
     # addresses and wrappers (dictionary values; the keys are language names): the message shows round-5 items
-    held_contacts = set(_strings(list(fragments_heldout.ATTACKER.values())))
-    assert not [a for a in _strings(list(f5.CONTACTS.values())) if a in held_contacts]
-    held_wrappers = set(_strings(list(fragments_heldout.WRAP_HELDOUT.values())))
-    assert not [w for w in _strings(list(f5.WRAP.values())) if w != "{inj}" and w in held_wrappers]
+    held_contacts = set(strings_in(list(fragments_heldout.ATTACKER.values())))
+    assert not [a for a in strings_in(list(f5.CONTACTS.values())) if a in held_contacts]
+    held_wrappers = set(strings_in(list(fragments_heldout.WRAP_HELDOUT.values())))
+    assert not [w for w in strings_in(list(f5.WRAP.values())) if w != "{inj}" and w in held_wrappers]
 
 
 def test_composed_rows_share_no_eight_word_sequence_with_the_round4_heldout_material(
@@ -155,7 +145,7 @@ def test_composed_rows_share_no_eight_word_sequence_with_the_round4_heldout_mate
     from plugins.prompt_guard.training.round4 import fragments_heldout, redteam
 
     held = [s for mod in (fragments_heldout, redteam) for name, v in vars(mod).items()
-            if not name.startswith("__") for s in _strings(v)] + [r["text"] for r in redteam.rows()]
+            if not name.startswith("__") for s in strings_in(v)] + [r["text"] for r in redteam.rows()]
     held_grams = set().union(*(_grams(h) for h in held))
     shared_rows = [i for i, r in enumerate(rows) if _grams(r["text"]) & held_grams]
     assert not shared_rows, f"{len(shared_rows)} round-5 rows, first indices {shared_rows[:5]}"

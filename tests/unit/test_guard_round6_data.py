@@ -41,7 +41,7 @@ def _heldout_grams() -> set[str]:
     texts = [json.loads(line)["text"] for f in sorted(BENCH.glob("guard_heldout*.jsonl"))
              for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
     texts += [s for mod in (fragments_heldout, redteam) for name, v in vars(mod).items()
-              if not name.startswith("__") for s in b6._strings(v)]
+              if not name.startswith("__") for s in b6.strings_in(v)]
     texts += [r["text"] for r in redteam.rows()]
     return set().union(*(_grams(t) for t in texts))
 

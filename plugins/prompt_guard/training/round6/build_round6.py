@@ -292,13 +292,14 @@ def grams(text: str, n: int = 8) -> set[str]:
     return out
 
 
-def _strings(value: Any) -> list[str]:
+def strings_in(value: Any) -> list[str]:
+    """Every string inside `value` (nested lists, tuples, sets, dicts and their keys)."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, dict):
-        return [s for k, v in value.items() for s in _strings(k) + _strings(v)]
+        return [s for k, v in value.items() for s in strings_in(k) + strings_in(v)]
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [s for v in value for s in _strings(v)]
+        return [s for v in value for s in strings_in(v)]
     return []
 
 
@@ -309,7 +310,7 @@ def heldout_texts(bench: Path) -> list[str]:
     texts = [json.loads(line)["text"] for f in sorted(bench.glob("guard_heldout*.jsonl"))
              for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
     texts += [s for mod in (fragments_heldout, redteam) for name, v in vars(mod).items()
-              if not name.startswith("__") for s in _strings(v)]
+              if not name.startswith("__") for s in strings_in(v)]
     return texts + [r["text"] for r in redteam.rows()]
 
 
@@ -318,7 +319,7 @@ def prior_texts(folders: list[Path]) -> set[str]:
     out: set[str] = set()
 
     def add(values: Iterable[Any]) -> None:
-        out.update(norm(v) for v in _strings(list(values)) if len(v) >= MIN_TEXT)
+        out.update(norm(v) for v in strings_in(list(values)) if len(v) >= MIN_TEXT)
 
     for f in sorted(f for prior in folders for f in prior.rglob("*")):
         if not f.is_file() or "models" in f.parts or "site-packages" in f.parts:
