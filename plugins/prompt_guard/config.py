@@ -48,8 +48,13 @@ class NeuralConfig(_Strict):
     """The neural detector (P6): the model shipped in the package, or another one trained the same
     way (`training/neural.py`). Relative paths are read from the YAML config's folder."""
 
+    model: Literal["default", "high_recall"] = Field(
+        default="default",
+        description="which shipped model: `default`, or `high_recall` (more recall, more false alarms; for monitor "
+        "mode or a team that measured it on its own data)",
+    )
     model_dir: str | None = Field(
-        default=None, description="folder with model.onnx, tokenizer.json and model.json; default: the shipped model"
+        default=None, description="folder with model.onnx, tokenizer.json and model.json; replaces the shipped model"
     )
     max_windows: int = Field(
         default=DEFAULT_MAX_WINDOWS, ge=1, le=64,

@@ -42,6 +42,9 @@ DEFAULT_MAX_WINDOWS = 2
 """The default budget: 2 x 128 tokens, about 20 ms of model time on one core (issue 10's 4 KB
 target is 25 ms); chosen on the validation split (docs/prompt_guard.md, "Window budget")."""
 DEFAULT_DIR = Path(__file__).parent / "model" / "neural"
+SHIPPED_MODELS = {"default": DEFAULT_DIR, "high_recall": Path(__file__).parent / "model" / "neural_high_recall"}
+"""The neural models in the package, by the name `neural.model` picks: `default` (round 4) and
+`high_recall` (round 6: more recall and more false alarms on held-out data; docs/prompt_guard.md)."""
 FORMAT = "toolgate-guard-neural/1"
 DEFAULT_SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"}
 """The BERT tokens a model's windows start, end and are padded with, unless its `model.json`

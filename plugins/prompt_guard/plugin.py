@@ -53,9 +53,9 @@ def build_guard(config: PromptGuardConfig, base_dir: Path | None = None, native:
         model = LinearModel.load(_path(config.classifier_model, DEFAULT_MODEL, base_dir), native)
     neural = None
     if config.detectors.neural and NEURAL_ID not in config.disabled_rules:
-        from plugins.prompt_guard.neural import DEFAULT_DIR, shared_detector
+        from plugins.prompt_guard.neural import SHIPPED_MODELS, shared_detector
 
-        model_dir = _path(config.neural.model_dir, DEFAULT_DIR, base_dir).resolve()
+        model_dir = _path(config.neural.model_dir, SHIPPED_MODELS[config.neural.model], base_dir).resolve()
         neural = shared_detector(model_dir, config.neural.max_windows, config.neural.threshold)
     onnx = None
     spec = config.onnx_model

@@ -194,9 +194,11 @@ def test_the_model_reads_look_alike_letters_as_latin_only_inside_mixed_words() -
     assert model_text("ｆｕｌｌ ｗｉｄｔｈ") == "full width"
 
 
-async def test_the_shipped_model_alone_refuses_an_injection_and_allows_prose() -> None:
+@pytest.mark.parametrize("model", ["default", "high_recall"])
+async def test_each_shipped_model_alone_refuses_an_injection_and_allows_prose(model: str) -> None:
     # R: P6, P2
-    guard = PromptGuardPlugin(PromptGuardConfig.model_validate({"type": "prompt_guard", **NEURAL_ONLY}))
+    settings = {"type": "prompt_guard", **NEURAL_ONLY, "neural": {"model": model}}
+    guard = PromptGuardPlugin(PromptGuardConfig.model_validate(settings))
     await start(guard)
     with pytest.raises(GuardBlocked) as err:
         await guard.inspect(context(), InspectItem("tool_result", "docs", "get_page", PROSE + INJECTION))
