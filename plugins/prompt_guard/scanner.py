@@ -130,6 +130,8 @@ class Guard:
         self.settings = settings
         self.onnx = onnx if settings.classifier and ONNX_ID not in self.disabled else None
         self.neural = neural if settings.neural and NEURAL_ID not in self.disabled else None
+        self._classify = settings.classifier and model is not None and CLASSIFIER_ID not in self.disabled
+        """whether the n-gram model scores (its evidence, and where the neural model reads)"""
         markers = self.pack.literals | set(heuristics.CHAT_TOKENS) | set(heuristics.ROLE_LINES)
         self._literals = LiteralSearch(markers, native)
         table = model.native_table if model is not None else None
@@ -202,7 +204,7 @@ class Guard:
         opinion, which ranks where its floored evidence ties at zero), overlapping ones once."""
         ratio = len(raw) / max(1, len(norm))
         best = [start for *_, start in sorted(scored, key=lambda s: (-s[0], -s[1], s[2]))[:SUSPECT_CHUNKS]]
-        if self.model is None or not self.settings.classifier or CLASSIFIER_ID in self.disabled:
+        if self.model is None or not self._classify:
             return self._suspect_blocks(norm, best, ratio)
         centres: list[tuple[float, int]] = []
         for start in best:
@@ -225,13 +227,10 @@ class Guard:
             for at in range(start, min(start + CHUNK_CHARS, len(norm)), SUB_BLOCK):
                 piece = norm[at : at + SUB_BLOCK]
                 if piece.strip():
-                    blocks.append((combine(self._scan_chunk(piece)), at))
+                    blocks.append((combine(self._score_chunk(piece)[0]), at))
         blocks.sort(key=lambda b: (-b[0], b[1]))
         margin = SUB_BLOCK // 4
         return [(int(max(0, at - margin) * ratio), int((at + SUB_BLOCK + margin) * ratio)) for _, at in blocks]
-
-    def _scan_chunk(self, norm: str) -> list[Evidence]:
-        return self._score_chunk(norm)[0]
 
     def _score_chunk(self, norm: str) -> tuple[list[Evidence], float]:
         """The chunk's evidence, and the n-gram model's raw logit (-inf without one)."""
@@ -239,8 +238,7 @@ class Guard:
         logit = -math.inf
         data = norm.encode("utf-8", "surrogatepass")
         hits = self._literals.find(norm, data)
-        classify = self.settings.classifier and self.model is not None and CLASSIFIER_ID not in self.disabled
-        if self._one_pass is not None and self.settings.rules and classify:
+        if self._one_pass is not None and self.settings.rules and self._classify:
             # The compiled rule matcher and classifier share one token pass over the chunk.
             table, matcher = self._one_pass
             indexes, logit = native_scan(data, table, matcher, self.model.window, self.model.bias)
@@ -248,11 +246,11 @@ class Guard:
         else:
             if self.settings.rules:
                 found += [Evidence(r.id, r.weight) for r in self.pack.match_text(data, hits)]
-            if classify:
+            if self._classify:
                 logit = self.model.text_logit(data)
         if self.settings.heuristics:
             found += heuristics.chat_markers(hits)
             found += heuristics.exfil_links(norm)
-        if classify:
+        if self._classify:
             found.append(Evidence(CLASSIFIER_ID, self.model.logit_evidence(logit)))
         return [e for e in found if e.id not in self.disabled], logit
