@@ -351,25 +351,19 @@ _STOP = {"de": {"und", "die", "der", "nicht", "ich", "du", "ist", "sie", "alle",
          "en": {"the", "and", "you", "your", "all", "to", "of", "is", "are", "ignore", "previous"}}
 
 
+_SCRIPTS = (("cyr", 0x0400, 0x04FF), ("ja", 0x3040, 0x30FF), ("han", 0x4E00, 0x9FFF), ("ko", 0xAC00, 0xD7AF),
+            ("ar", 0x0600, 0x06FF), ("hi", 0x0900, 0x097F))
+"""Unicode blocks `lang_of` counts by name; other letters count as Latin."""
+
+
 def lang_of(text: str) -> str:
     """A rough language tag: by script, then (Latin) by common words; `und` when unsure."""
     counts: Counter[str] = Counter()
     for ch in text:
         o = ord(ch)
-        if 0x0400 <= o <= 0x04FF:
-            counts["cyr"] += 1
-        elif 0x3040 <= o <= 0x30FF:
-            counts["ja"] += 1
-        elif 0x4E00 <= o <= 0x9FFF:
-            counts["han"] += 1
-        elif 0xAC00 <= o <= 0xD7AF:
-            counts["ko"] += 1
-        elif 0x0600 <= o <= 0x06FF:
-            counts["ar"] += 1
-        elif 0x0900 <= o <= 0x097F:
-            counts["hi"] += 1
-        elif ch.isalpha():
-            counts["lat"] += 1
+        block = next((name for name, low, high in _SCRIPTS if low <= o <= high), "lat" if ch.isalpha() else None)
+        if block:
+            counts[block] += 1
     if not counts:
         return "und"
     script = counts.most_common(1)[0][0]
