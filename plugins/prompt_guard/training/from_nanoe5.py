@@ -329,8 +329,9 @@ def rows_text(paths: Iterable[Path], skip_validation: bool = True) -> Iterable[s
             yield model_text(path.read_text(encoding="utf-8"))
             continue
         for line in path.open(encoding="utf-8"):
-            text = json.loads(line).get("text") or ""
-            if text.strip() and not (skip_validation and is_validation(text)):
+            row = json.loads(line)
+            text = row.get("text") or ""
+            if text.strip() and not (skip_validation and is_validation(text, row.get("source"))):
                 yield model_text(text[:200_000])
 
 

@@ -73,10 +73,29 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def is_validation(text: str) -> bool:
-    """Whether a row belongs to the validation split: `VALIDATION_PERCENT` of rows, by a hash of
-    their text (never trained on; thresholds and settings are chosen there)."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[0] * 100 // 256 < VALIDATION_PERCENT
+UNSEEN_SOURCES = frozenset({"synthetic-business-email", "npm-docs", "site-packages-readme", "debian-news",
+                            "pypi:guardrails_ai-0.11.0"})
+"""Training-file sources kept out of training whole (chosen 2026-12-02, before the first model
+trained without them): mail, web docs, READMEs, release notes and docs of an LLM library. A
+threshold chosen only on rows that share their sources with the training rows was too low: the
+round-6 model's benign FPR was 1.2 % there and 2-8 % on held-out documents. Their rows are the
+`unseen-source` slice of the validation split; models trained before that date did train on them."""
+
+
+def validation_slice(text: str, source: str | None = None) -> str | None:
+    """Which validation slice a row belongs to, or None for a training row: `unseen-source` for
+    the rows of `UNSEEN_SOURCES`, `hash` for `VALIDATION_PERCENT` of the others by a hash of
+    their text. Validation rows are never trained on; thresholds and settings are chosen there."""
+    if source in UNSEEN_SOURCES:
+        return "unseen-source"
+    if hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[0] * 100 // 256 < VALIDATION_PERCENT:
+        return "hash"
+    return None
+
+
+def is_validation(text: str, source: str | None = None) -> bool:
+    """Whether a row belongs to the validation split (`validation_slice`)."""
+    return validation_slice(text, source) is not None
 
 
 def base_name(work: Path) -> str:
@@ -183,7 +202,7 @@ def prepare(files: list[Path], work: Path, seed: int = 1, base: str = DEFAULT_BA
             ids = [cls_id, *enc.ids[a:b], sep_id]
             out["ids"].append(ids + [pad_id] * (WINDOW_TOKENS - len(ids)))
             out["y"].append(label)
-            out["val"].append(is_validation(row["text"]))
+            out["val"].append(is_validation(row["text"], row.get("source")))
             if out["val"][-1]:
                 validation.write(json.dumps({k: row.get(k) for k in ("text", "label", "source", "kind", "lang")},
                                             ensure_ascii=False) + "\n")
@@ -412,28 +431,39 @@ def split_shipped(out: Path) -> None:
 
 def calibrate(work: Path, out: Path, max_fpr: float) -> None:
     """Choose the model's threshold on the validation rows (never on held-out data): the lowest
-    probability at which at most `max_fpr` of the benign tool-output-like rows would be blocked
-    by the model alone, read the way the runtime reads them (`NeuralDetector.probability`)."""
+    probability at which the model alone, reading rows the way the runtime reads them
+    (`NeuralDetector.probability`), blocks at most `max_fpr` of the benign tool-output-like rows
+    of each validation slice (`validation_slice`: the hash split, and the sources kept out of
+    training whole, when the work folder has rows of them)."""
     from plugins.prompt_guard.neural import NeuralDetector
 
     detector = NeuralDetector.load(out, threshold=0.5)
-    scored: list[tuple[float, int, str]] = []
+    scored: list[tuple[float, int, str, str]] = []
     for line in (work / "validation.jsonl").open(encoding="utf-8"):
         row = json.loads(line)
-        scored.append((detector.probability(row["text"]), int(row["label"] == "injection"), row["kind"]))
-    benign = sorted((p for p, y, kind in scored if y == 0 and kind != "prompt"), reverse=True)
-    allowed = int(max_fpr * len(benign))
-    threshold = min(0.9999, max(0.5, benign[allowed] + 1e-6 if allowed < len(benign) else 0.5))
-    for name, rows in (("tool output", [r for r in scored if r[2] != "prompt"]), ("prompts", [r for r in scored if r[2] == "prompt"])):
-        pos = [p for p, y, _ in rows if y == 1]
-        neg = [p for p, y, _ in rows if y == 0]
-        recall = sum(p >= threshold for p in pos) / max(1, len(pos))
-        fpr = sum(p >= threshold for p in neg) / max(1, len(neg))
-        print(f"validation {name}: {len(pos)} injection, {len(neg)} benign: recall {recall:.3f}, FPR {fpr:.4f}")
+        scored.append((detector.probability(row["text"]), int(row["label"] == "injection"), row["kind"],
+                       validation_slice(row["text"], row.get("source")) or "hash"))
+    slices = sorted({s for *_, s in scored})
+    thresholds = {}
+    for name in slices:
+        benign = sorted((p for p, y, kind, s in scored if y == 0 and kind != "prompt" and s == name), reverse=True)
+        allowed = int(max_fpr * len(benign))
+        thresholds[name] = min(0.9999, max(0.5, benign[allowed] + 1e-6 if allowed < len(benign) else 0.5))
+        print(f"slice {name}: {len(benign)} benign tool-output rows; threshold at FPR <= {max_fpr}: {thresholds[name]:.4f}")
+    threshold = max(thresholds.values())
+    for name in slices:
+        for kind, rows in (("tool output", [r for r in scored if r[3] == name and r[2] != "prompt"]),
+                           ("prompts", [r for r in scored if r[3] == name and r[2] == "prompt"])):
+            pos = [p for p, y, *_ in rows if y == 1]
+            neg = [p for p, y, *_ in rows if y == 0]
+            recall = sum(p >= threshold for p in pos) / max(1, len(pos))
+            fpr = sum(p >= threshold for p in neg) / max(1, len(neg))
+            print(f"validation {name} {kind}: {len(pos)} injection, {len(neg)} benign: recall {recall:.3f}, FPR {fpr:.4f}")
     card_path = out / "model.json"
     card = json.loads(card_path.read_text())
     card["threshold"] = round(threshold, 6)
-    card["threshold_rule"] = f"validation split: benign tool-output FPR <= {max_fpr} for the model alone"
+    card["threshold_rule"] = (f"validation split: benign tool-output FPR <= {max_fpr} for the model alone "
+                              f"in each slice ({', '.join(slices)})")
     card_path.write_text(json.dumps(card, indent=1) + "\n")
     print(f"threshold {threshold:.4f} -> {card_path}")
 

@@ -33,7 +33,7 @@ def validation_rows(files: Sequence[Path]) -> list[dict[str, str]]:
     for path in files:
         for line in path.open(encoding="utf-8"):
             row = json.loads(line)
-            if row.get("text", "").strip() and is_validation(row["text"]):
+            if row.get("text", "").strip() and is_validation(row["text"], row.get("source")):
                 rows.append(row)
     return rows
 
