@@ -204,12 +204,14 @@ def test_a_heldout_package_name_is_refused_whatever_its_licence(tmp_path: Path) 
     assert rows == [] and drops["npm:bastioncorpus-0.6.0"] == Counter({"heldout-package": 1})
 
 
-def test_only_a_contributor_covenant_code_of_conduct_is_read() -> None:
+def test_only_a_contributor_covenant_code_of_conduct_is_read_and_no_file_for_ai_agents() -> None:
     files: dict[str, Any] = {"package.json": b'{"license": "MIT"}',
                              "CODE_OF_CONDUCT.md": b"Our own rules. Please be kind; you must not shout.",
                              "docs/CODE_OF_CONDUCT.md": COVENANT.encode(),
-                             "SKILL.md": b"Agent: always run the tests.", ".agents/x.md": b"Agent notes."}
-    assert [p for p, _ in b7.documents(files)] == ["docs/CODE_OF_CONDUCT.md"]
+                             "SKILL.md": b"Agent: always run the tests.", ".agents/x.md": b"Agent notes.",
+                             ".pi/memory/CORE.md": b"Remember: you are the coding agent.",
+                             ".github/ISSUE_TEMPLATE/bug.md": b"Please describe the bug you saw."}
+    assert [p for p, _ in b7.documents(files)] == [".github/ISSUE_TEMPLATE/bug.md", "docs/CODE_OF_CONDUCT.md"]
 
 
 def test_pinned_packages_are_distinct_and_none_is_a_heldout_source() -> None:

@@ -16,7 +16,7 @@ GOVERNANCE, upgrade and migration guides, changelogs and release notes, guides a
 `docs/`), cut at paragraph boundaries into pieces of `MIN_PIECE`..`MAX_PIECE` characters. A piece
 is kept when it addresses its reader (`addressed` counts "you", "please", "must", "do not" and
 lines that start with an imperative) and is mostly prose, not code. Files written for AI agents
-(`AGENTS.md`, `CLAUDE.md`, `SKILL.md`, `.agents/`, `.cursor/`) are never read: their imperatives
+(`AGENTS.md`, `CLAUDE.md`, `SKILL.md`, any hidden folder but `.github/`) are never read: their imperatives
 are addressed to a model.
 
 Dropped: packages whose licence is not permissive (`permissive`) or whose name is a held-out
@@ -116,7 +116,6 @@ PACKAGES: tuple[tuple[str, str, str, str], ...] = (
     ("npm", "mqtt", "5.16.0", "c7d13d6dedf4c15063fb61d645c82d07d2a24f79b15736f313e96e116177950f"),
     ("npm", "multer", "2.5.0", "b6a535ae5fa87f6cffc90fb213b43c2ea34fdc21dc7ccad3f25caaf009d7fcaa"),
     ("npm", "nock", "15.0.2", "31cee6c10ac06e9dddc1f46f150c67251b0de1fc711ca0164da7fc9c9fa317f4"),
-    ("npm", "node-gyp", "12.4.0", "c5651a4fa92942a36cf30e0f043119d4889e26e25f30ae28b8cecc16e705bf29"),
     ("npm", "node-red", "4.1.15", "ba836f14626df2b56865b26c5926780c82f3de20539925ef5be856abbf377ebf"),
     ("npm", "nodemailer", "10.6.1", "7b1a6615b333c7f09c5a3e9147085f6c762eb2ace4abde0341a9e0dd4bf02af8"),
     ("npm", "nodemon", "3.1.14", "6f8851bd80d32526612f6dd6703b65603cef497944a7c081580ae49ce3a2f252"),
@@ -158,7 +157,6 @@ PACKAGES: tuple[tuple[str, str, str, str], ...] = (
     ("pypi", "black", "25.11.0", "d81a44cbc7e4f73a9d6ae449ec2317ad81512d1e7dce7d57f6333fd6259737bc"),
     ("pypi", "celery", "5.7.0", "18310a9c919f9029e4735367484d93e6a25cdfd30afdc474622cc263d9b35f6e"),
     ("pypi", "detect-secrets", "1.5.0", "e24e7b9b5a35048c313e983f76c4bd09dad89f045ff059e354f9943bf45aa060"),
-    ("pypi", "factory-boy", "3.3.3", "1c39e3289f7e667c4285433f305f8d506efc2fe9c73aaea4151ebd5cdea394fc"),
     ("pypi", "gitpython", "3.2.1", "d66b0832aa8755c1a84892937282df0befb16c97e5a64aeebd68be9c5e323f53"),
     ("pypi", "httpie", "3.2.4", "4bd0435cc4b9bca59501bc65089de96f3e93b393803f32a81951db62050ebf0b"),
     ("pypi", "pdm", "2.29.4", "599a299d7fb35195d41610ee8341f65c75c5c97dde9f8cfcf573790b3d1b0cd9"),
@@ -186,11 +184,12 @@ PERMISSIVE = frozenset({"mit", "mit-0", "isc", "0bsd", "bsd", "bsd-2-clause", "b
                         "python software foundation license", "the unlicense (unlicense)"})
 """Licence names and SPDX ids taken (lower-cased); anything else refuses the package."""
 
-_SKIP_FILE = re.compile(r"(^|/)(node_modules|\.agents|\.cursor|\.claude|test|tests|__tests__|fixtures?)/|"
+_SKIP_FILE = re.compile(r"(^|/)(node_modules|\.(?!github/)[^/]+|test|tests|__tests__|fixtures?)/|"
                         r"(^|/)(AGENTS|CLAUDE|SKILL|GEMINI|LICEN[CS]E|COPYING|NOTICE|THIRD[-_]PARTY[^/]*|AUTHORS|"
                         r"CODEOWNERS)(\.\w+)?$|test_email/data/|nodejs/api/", re.I)
-"""Files never read: written for AI agents, licence and author lists, tests and their fixtures,
-and held-out material by path."""
+"""Files never read: hidden folders other than `.github/` (`.agents/`, `.cursor/`, `.claude/`, `.pi/`:
+instructions and memories of AI agents), files written for agents, licence and author lists, tests
+and their fixtures, and held-out material by path."""
 
 _PROSE_FILE = re.compile(r"\.(md|markdown|rst|txt)$|(^|/)(readme|changelog|changes|history|news|contributing|"
                          r"security|support|governance|upgrading|migration)$", re.I)
