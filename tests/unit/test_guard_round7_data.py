@@ -219,4 +219,6 @@ def test_pinned_packages_are_distinct_and_none_is_a_heldout_source() -> None:
     names = [(reg, name) for reg, name, _v, _h in b7.PACKAGES]
     assert len(names) == len(set(names)) >= 15
     assert not {name.lower() for _r, name, _v, _h in b7.PACKAGES} & b7.HELDOUT_PACKAGES
-    assert all(len(h) == 64 and int(h, 16) >= 0 for *_x, h in b7.PACKAGES)
+    digests = [h for *_x, h in b7.PACKAGES]
+    assert len(set(digests)) == len(digests)
+    assert all(len(h) == 64 and set(h) <= set("0123456789abcdef") for h in digests)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import random
 import re
@@ -44,7 +43,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
 from plugins.prompt_guard.training.round4 import fragments_train as f4
-from plugins.prompt_guard.training.round4.build_round4 import span_of, write
+from plugins.prompt_guard.training.round4.build_round4 import write
 from plugins.prompt_guard.training.round5 import build_round5 as r5
 from plugins.prompt_guard.training.round5 import fragments_train as f5
 from plugins.prompt_guard.training.round6.build_round6 import REPO, grams, heldout_texts, norm
@@ -423,7 +422,7 @@ def source_name(registry: str, name: str, version: str) -> str:
 
 
 def build(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], ...] = (),
-          seed: int = SEED, check_sha: bool = True) -> tuple[list[dict[str, Any]], dict[str, Counter[str]]]:
+          seed: int = SEED) -> tuple[list[dict[str, Any]], dict[str, Counter[str]]]:
     """Rows of every package of `packages` (default `PACKAGES`) found in `folder`; also what was
     dropped, per source."""
     packages = packages or PACKAGES
@@ -441,9 +440,9 @@ def build(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], 
         drops[source] = drop
         found = sorted(folder.glob(archive_name(registry, name, version)))
         if not found:
-            drop["missing"] += 1
+            drop["missing"] += 1  # printed by main
             continue
-        if check_sha and sha256(found[0]) != digest:
+        if sha256(found[0]) != digest:
             raise ValueError(f"{found[0].name}: sha256 is not the pinned one")
         files = dict(archive_files(found[0]))
         if name.lower() in HELDOUT_PACKAGES:
