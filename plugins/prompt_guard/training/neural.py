@@ -454,6 +454,8 @@ def calibrate(work: Path, out: Path, max_fpr: float) -> None:
     for name in slices:
         for kind, rows in (("tool output", [r for r in scored if r[3] == name and r[2] != "prompt"]),
                            ("prompts", [r for r in scored if r[3] == name and r[2] == "prompt"])):
+            if not rows:
+                continue
             pos = [p for p, y, *_ in rows if y == 1]
             neg = [p for p, y, *_ in rows if y == 0]
             recall = sum(p >= threshold for p in pos) / max(1, len(pos))
