@@ -39,7 +39,7 @@ import tarfile
 import zipfile
 from collections import Counter
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from plugins.prompt_guard.neural import file_sha256
 from plugins.prompt_guard.training.round4 import fragments_train as f4
@@ -472,22 +472,26 @@ def build(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], 
     return rows, drops
 
 
-def source_rows(source: str, kept: list[str], rng: random.Random, decks: r5.Deck, held: set[str],
-                drop: Counter[str]) -> list[dict[str, Any]]:
+def source_rows(source: str, kept: list[Any], rng: random.Random, decks: r5.Deck, held: set[str],
+                drop: Counter[str], kind: str = "doc",
+                place: Callable[[Any, str, random.Random], tuple[str, list[int]]] = insert,
+                show: Callable[[Any], str] = str) -> list[dict[str, Any]]:
     """The pieces of one package: the first half (rounded down) each with one injection, the rest
     benign; a composed row sharing an 8-word sequence with `held` is dropped, and then as many rows
-    of the other label, so the labels stay balanced."""
+    of the other label, so the labels stay balanced. A piece is a string here; another round passes
+    its own `place` (the injected text and span) and `show` (the benign text) for other pieces."""
     langs, weights = zip(*INJ_LANGS)
     half = len(kept) // 2
     injected: list[dict[str, Any]] = []
     for piece in kept[:half]:
-        text, span = insert(piece, decks.draw(rng.choices(langs, weights)[0]), rng)
+        text, span = place(piece, decks.draw(rng.choices(langs, weights)[0]), rng)
         if grams(text) & held:
             drop["composed-heldout-8gram"] += 1
             continue
-        injected.append({"text": text, "label": "injection", "source": source, "kind": "doc", "lang": "en",
+        injected.append({"text": text, "label": "injection", "source": source, "kind": kind, "lang": "en",
                          "span": span})
-    benign = [{"text": p, "label": "benign", "source": source, "kind": "doc", "lang": "en"} for p in kept[half:]]
+    benign = [{"text": show(p), "label": "benign", "source": source, "kind": kind, "lang": "en"}
+              for p in kept[half:]]
     n = min(len(injected), len(benign))
     drop["unpaired"] += len(injected) + len(benign) - 2 * n
     return injected[:n] + benign[:n]
