@@ -7,11 +7,8 @@ licence and held-out-name refusals. Nothing is downloaded; held-out texts are on
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import random
-import tarfile
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -20,6 +17,7 @@ import pytest
 
 from plugins.prompt_guard.training.round7 import build_round7 as b7
 from plugins.prompt_guard.training.round8 import build_round8 as b8
+from tests.unit.test_guard_round7_data import _pin, _tgz
 
 HELD_SENTENCE = "the quick brown fox jumps over the lazy dog near the riverbank today"
 
@@ -73,18 +71,6 @@ HTML_ONLY = ("From: news@example.org\nTo: sam@example.org\nSubject: Weekly diges
              + "<script>alert(1)</script></body></html>\n")
 
 
-def _tgz(folder: Path, name: str, version: str, licence: str, files: dict[str, str]) -> Path:
-    path = folder / f"{name.lstrip('@').replace('/', '-')}-{version}.tgz"
-    files = {"package.json": json.dumps({"name": name, "version": version, "license": licence}), **files}
-    with tarfile.open(path, "w:gz") as t:
-        for rel, text in files.items():
-            data = text.encode("utf-8")
-            info = tarfile.TarInfo(f"package/{rel}")
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-    return path
-
-
 def _whl(folder: Path, name: str, version: str, licence: str, files: dict[str, str]) -> Path:
     path = folder / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as z:
@@ -96,10 +82,6 @@ def _whl(folder: Path, name: str, version: str, licence: str, files: dict[str, s
     return path
 
 
-def _pin(path: Path, registry: str, name: str, version: str) -> tuple[str, str, str, str]:
-    return registry, name, version, hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 @pytest.fixture()
 def synthetic(tmp_path: Path) -> tuple[Path, Path, tuple[tuple[str, str, str, str], ...]]:
     pkgs, bench = tmp_path / "pkgs", tmp_path / "bench"
@@ -109,8 +91,8 @@ def synthetic(tmp_path: Path) -> tuple[Path, Path, tuple[tuple[str, str, str, st
     corpus["data/spam/001.json"] = json.dumps({"text": _eml("spamtopic", 1)})  # a spam group: never read
     mbox = "".join(f"From alex@example.org Mon Jun  3 09:00:00 2024\n{_eml('beta', i)}\n" for i in range(8))
     pins = (
-        _pin(_tgz(pkgs, "@corpus/mail-alpha", "1.0.0", "Apache-2.0", {**corpus, "lib/index.js": "x"}),
-             "npm", "@corpus/mail-alpha", "1.0.0"),
+        _pin(_tgz(pkgs, "mail-alpha", "1.0.0", "Apache-2.0", {**corpus, "lib/index.js": "x"}),
+             "npm", "mail-alpha", "1.0.0"),
         _pin(_tgz(pkgs, "beta", "2.0.0", "(MIT OR GPL-3.0)", {
             "test/fixtures/inbox.mbox": mbox,
             "test/fixtures/copy.eml": _eml("alpha", 3, "a copy of alpha 3"),  # alpha's body again: a duplicate
@@ -193,7 +175,7 @@ def test_synthetic_packages_give_balanced_deduplicated_mail_rows_and_drop_heldou
     pkgs, bench, pins = synthetic
     rows, drops = b8.build(pkgs, bench, pins)
     assert rows
-    assert {r["source"] for r in rows} == {"npm:@corpus/mail-alpha-1.0.0", "npm:beta-2.0.0", "pypi:gamma-py-3.0"}
+    assert {r["source"] for r in rows} == {"npm:mail-alpha-1.0.0", "npm:beta-2.0.0", "pypi:gamma-py-3.0"}
     assert drops["npm:copyleft-0.1.0"] == Counter({"licence": 1})
     text = "\n".join(r["text"] for r in rows)
     assert "delta" not in text and "spamtopic" not in text and "cpython" not in text and "readme" not in text
@@ -221,7 +203,8 @@ def test_synthetic_packages_give_balanced_deduplicated_mail_rows_and_drop_heldou
             assert rest.startswith("From: ") and "\nSubject: " in rest and "\n\n" in rest
         else:
             items = json.loads(r["text"])
-            assert 2 <= len(items) <= 3 and all(set(i) == {"id", "from", "to", "subject", "date", "body"} for i in items)
+            fields = {"id", "from", "to", "subject", "date", "body"}
+            assert 2 <= len(items) <= 3 and all(set(i) == fields for i in items)
     # every message is in at most one row
     subjects = [s for r in rows for s in
                 ([i["subject"] for i in json.loads(r["text"])] if r["kind"] == "inbox"

@@ -11,8 +11,8 @@ Writes `OUT/train_round8.jsonl`. Archives are read as data with round 7's `archi
 sha256 must be the one pinned in `PACKAGES`.
 
 What is taken (`message_files`): `.eml` and `.mbox` files, text files under a test, fixture,
-example or sample folder that start with a mail header block, and JSON data files whose `text` is a
-whole message (a mail corpus shipped as data). Never read: paths naming spam (a corpus' spam
+example, sample, messages, mail or data folder that start with a mail header block, and JSON files
+there whose `text` is a whole message (a mail corpus shipped as data). Never read: paths naming spam (a corpus' spam
 groups), CPython's test mails by path (`test_email/`, `msg_NN.txt`), hidden folders and
 `node_modules/`. Each message is parsed with the stdlib `email` package (`parse`): From, To, Cc,
 Subject and Date decoded; the body is the first text/plain part, else the first text/html part
@@ -38,7 +38,6 @@ boundary of one message's body) with its `span` in the row's text; the rest stay
 
 from __future__ import annotations
 
-import argparse
 import email
 import json
 import random
@@ -53,10 +52,7 @@ from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from plugins.prompt_guard.neural import file_sha256
-from plugins.prompt_guard.training.round4.build_round4 import write
-from plugins.prompt_guard.training.round5 import build_round5 as r5
-from plugins.prompt_guard.training.round6.build_round6 import REPO, grams, heldout_texts, lang_of, norm
+from plugins.prompt_guard.training.round6.build_round6 import grams, lang_of
 from plugins.prompt_guard.training.round7 import build_round7 as r7
 
 SEED = 88
@@ -355,10 +351,7 @@ def build(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], 
     """Rows of every package of `packages` (default `PACKAGES`) found in `folder`; also what was
     dropped, per source."""
     packages = packages or PACKAGES
-    held = set().union(*(grams(t) for t in heldout_texts(bench)))
-    rng = random.Random(seed)
-    pool = r7.injection_pool(random.Random(f"{seed}:pool"))
-    decks = r5.Deck(pool, rng)
+    held, rng, decks = r7.start(bench, seed)
     seen_text: set[str] = set()
     seen_grams: set[str] = set()
     drops: dict[str, Counter[str]] = {}
@@ -367,18 +360,8 @@ def build(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], 
         source = r7.source_name(registry, name, version)
         drop: Counter[str] = Counter()
         drops[source] = drop
-        found = sorted(folder.glob(r7.archive_name(registry, name, version)))
-        if not found:
-            drop["missing"] += 1
-            continue
-        if file_sha256(found[0]) != digest:
-            raise ValueError(f"{found[0].name}: sha256 is not the pinned one")
-        files = dict(r7.archive_files(found[0]))
-        if name.lower() in r7.HELDOUT_PACKAGES:
-            drop["heldout-package"] += 1
-            continue
-        if not r7.permissive(r7.licence_of(files)):
-            drop["licence"] += 1
+        files = r7.package_files(folder, (registry, name, version, digest), drop)
+        if files is None:
             continue
         prng = random.Random(f"{seed}:{source}")
         kept: list[Mail] = []
@@ -387,16 +370,10 @@ def build(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], 
             if mail is None:
                 drop["no-text-body"] += 1
                 continue
-            key = norm(mail.body)
-            g = grams(mail.body)
-            why = (why_not(mail) or ("duplicate" if key in seen_text
-                                     else "near-duplicate" if g and len(g & seen_grams) > r7.NEAR_DUPLICATE * len(g)
-                                     else "heldout-8gram" if grams(render_mail(mail)) & held else ""))
+            why = why_not(mail) or r7.not_new(mail.body, seen_text, seen_grams, held, render_mail(mail))
             if why:
                 drop[why] += 1
                 continue
-            seen_text.add(key)
-            seen_grams |= g
             kept.append(mail)
         if len(kept) > CAP:
             drop["cap"] += len(kept) - CAP
@@ -419,21 +396,7 @@ def commands() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--commands", action="store_true", help="print the download commands and stop")
-    parser.add_argument("--packages", type=Path, help="folder of the downloaded .tgz and .whl files")
-    parser.add_argument("--out", type=Path, help="folder for train_round8.jsonl")
-    parser.add_argument("--bench", type=Path, default=REPO / "bench" / "data", help="folder of the held-out files")
-    args = parser.parse_args()
-    if args.commands:
-        print(commands(), end="")
-        return
-    if not args.packages or not args.out:
-        parser.error("--packages and --out are needed to build")
-    rows, drops = build(args.packages, args.bench)
-    for source, drop in drops.items():
-        print(f"dropped {source}: {dict(drop)}")
-    write(args.out / "train_round8.jsonl", rows)
+    r7.run(__doc__, "train_round8.jsonl", build, commands)
 
 
 if __name__ == "__main__":
