@@ -39,7 +39,7 @@ import tarfile
 import zipfile
 from collections import Counter
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from plugins.prompt_guard.neural import file_sha256
 from plugins.prompt_guard.training.round4 import fragments_train as f4
@@ -418,15 +418,58 @@ def source_name(registry: str, name: str, version: str) -> str:
     return f"{registry}:{name}-{version}"
 
 
+def package_files(folder: Path, package: tuple[str, str, str, str], drop: Counter[str]) -> dict[str, bytes] | None:
+    """The files of one pinned package's archive in `folder` (path -> bytes); None, counted in
+    `drop`, when the archive is missing, the name is a held-out source or the licence is not
+    permissive. An archive whose sha256 is not the pinned one raises ValueError."""
+    registry, name, version, digest = package
+    found = sorted(folder.glob(archive_name(registry, name, version)))
+    if not found:
+        drop["missing"] += 1  # printed by main
+        return None
+    if file_sha256(found[0]) != digest:
+        raise ValueError(f"{found[0].name}: sha256 is not the pinned one")
+    files = dict(archive_files(found[0]))
+    if name.lower() in HELDOUT_PACKAGES:
+        drop["heldout-package"] += 1
+        return None
+    if not permissive(licence_of(files)):
+        drop["licence"] += 1
+        return None
+    return files
+
+
+def not_new(text: str, seen_text: set[str], seen_grams: set[str], held: set[str], shown: str = "") -> str:
+    """Why `text` is not taken: "duplicate" (its normalised text was taken before), "near-duplicate"
+    (more than NEAR_DUPLICATE of its 8-word sequences were), "heldout-8gram" (it, or `shown`, the
+    way it will be shown, shares an 8-word sequence with `held`); "" when it is new, and then it is
+    remembered in `seen_text` and `seen_grams`."""
+    key = norm(text)
+    g = grams(text)
+    why = ("duplicate" if key in seen_text
+           else "near-duplicate" if g and len(g & seen_grams) > NEAR_DUPLICATE * len(g)
+           else "heldout-8gram" if (g | grams(shown)) & held else "")
+    if not why:
+        seen_text.add(key)
+        seen_grams |= g
+    return why
+
+
+def start(bench: Path, seed: int) -> tuple[set[str], random.Random, r5.Deck]:
+    """What a packages round starts from: the 8-word sequences of the held-out material, the
+    round's random generator (seeded with `seed`) and its deck of training injections."""
+    held = set().union(*(grams(t) for t in heldout_texts(bench)))
+    rng = random.Random(seed)
+    pool = injection_pool(random.Random(f"{seed}:pool"))
+    return held, rng, r5.Deck(pool, rng)
+
+
 def build(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], ...] = (),
           seed: int = SEED) -> tuple[list[dict[str, Any]], dict[str, Counter[str]]]:
     """Rows of every package of `packages` (default `PACKAGES`) found in `folder`; also what was
     dropped, per source."""
     packages = packages or PACKAGES
-    held = set().union(*(grams(t) for t in heldout_texts(bench)))
-    rng = random.Random(seed)
-    pool = injection_pool(random.Random(f"{seed}:pool"))
-    decks = r5.Deck(pool, rng)
+    held, rng, decks = start(bench, seed)
     seen_text: set[str] = set()
     seen_grams: set[str] = set()
     drops: dict[str, Counter[str]] = {}
@@ -435,33 +478,17 @@ def build(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], 
         source = source_name(registry, name, version)
         drop: Counter[str] = Counter()
         drops[source] = drop
-        found = sorted(folder.glob(archive_name(registry, name, version)))
-        if not found:
-            drop["missing"] += 1  # printed by main
-            continue
-        if file_sha256(found[0]) != digest:
-            raise ValueError(f"{found[0].name}: sha256 is not the pinned one")
-        files = dict(archive_files(found[0]))
-        if name.lower() in HELDOUT_PACKAGES:
-            drop["heldout-package"] += 1
-            continue
-        if not permissive(licence_of(files)):
-            drop["licence"] += 1
+        files = package_files(folder, (registry, name, version, digest), drop)
+        if files is None:
             continue
         prng = random.Random(f"{seed}:{source}")
         kept: list[str] = []
         for _path, text in documents(files):
             for piece in pieces(text, prng):
-                key = norm(piece)
-                g = grams(piece)
-                why = ("not-addressed" if not wanted(piece) else "duplicate" if key in seen_text
-                       else "near-duplicate" if g and len(g & seen_grams) > NEAR_DUPLICATE * len(g)
-                       else "heldout-8gram" if g & held else "")
+                why = "not-addressed" if not wanted(piece) else not_new(piece, seen_text, seen_grams, held)
                 if why:
                     drop[why] += 1
                     continue
-                seen_text.add(key)
-                seen_grams |= g
                 kept.append(piece)
         if len(kept) > CAP:
             drop["cap"] += len(kept) - CAP
@@ -472,22 +499,26 @@ def build(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], 
     return rows, drops
 
 
-def source_rows(source: str, kept: list[str], rng: random.Random, decks: r5.Deck, held: set[str],
-                drop: Counter[str]) -> list[dict[str, Any]]:
+def source_rows(source: str, kept: list[Any], rng: random.Random, decks: r5.Deck, held: set[str],
+                drop: Counter[str], kind: str = "doc",
+                place: Callable[[Any, str, random.Random], tuple[str, list[int]]] = insert,
+                show: Callable[[Any], str] = str) -> list[dict[str, Any]]:
     """The pieces of one package: the first half (rounded down) each with one injection, the rest
     benign; a composed row sharing an 8-word sequence with `held` is dropped, and then as many rows
-    of the other label, so the labels stay balanced."""
+    of the other label, so the labels stay balanced. A piece is a string here; another round passes
+    its own `place` (the injected text and span) and `show` (the benign text) for other pieces."""
     langs, weights = zip(*INJ_LANGS)
     half = len(kept) // 2
     injected: list[dict[str, Any]] = []
     for piece in kept[:half]:
-        text, span = insert(piece, decks.draw(rng.choices(langs, weights)[0]), rng)
+        text, span = place(piece, decks.draw(rng.choices(langs, weights)[0]), rng)
         if grams(text) & held:
             drop["composed-heldout-8gram"] += 1
             continue
-        injected.append({"text": text, "label": "injection", "source": source, "kind": "doc", "lang": "en",
+        injected.append({"text": text, "label": "injection", "source": source, "kind": kind, "lang": "en",
                          "span": span})
-    benign = [{"text": p, "label": "benign", "source": source, "kind": "doc", "lang": "en"} for p in kept[half:]]
+    benign = [{"text": show(p), "label": "benign", "source": source, "kind": kind, "lang": "en"}
+              for p in kept[half:]]
     n = min(len(injected), len(benign))
     drop["unpaired"] += len(injected) + len(benign) - 2 * n
     return injected[:n] + benign[:n]
@@ -503,22 +534,32 @@ def commands() -> str:
             f"--platform manylinux_2_17_x86_64 -d . {pypi}\n")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+Built = tuple[list[dict[str, Any]], dict[str, Counter[str]]]
+"""What a round's `build` returns: the rows, and what was dropped per source."""
+
+
+def run(doc: str | None, out_name: str, build_rows: Callable[[Path, Path], Built], download: Callable[[], str]) -> None:
+    """The command line of a packages round: `--commands` prints `download()`; `--packages DIR
+    --out DIR` builds with `build_rows`, prints what was dropped and writes `OUT/out_name`."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--commands", action="store_true", help="print the download commands and stop")
     parser.add_argument("--packages", type=Path, help="folder of the downloaded .tgz and .whl files")
-    parser.add_argument("--out", type=Path, help="folder for train_round7.jsonl")
+    parser.add_argument("--out", type=Path, help=f"folder for {out_name}")
     parser.add_argument("--bench", type=Path, default=REPO / "bench" / "data", help="folder of the held-out files")
     args = parser.parse_args()
     if args.commands:
-        print(commands(), end="")
+        print(download(), end="")
         return
     if not args.packages or not args.out:
         parser.error("--packages and --out are needed to build")
-    rows, drops = build(args.packages, args.bench)
+    rows, drops = build_rows(args.packages, args.bench)
     for source, drop in drops.items():
         print(f"dropped {source}: {dict(drop)}")
-    write(args.out / "train_round7.jsonl", rows)
+    write(args.out / out_name, rows)
+
+
+def main() -> None:
+    run(__doc__, "train_round7.jsonl", build, commands)
 
 
 if __name__ == "__main__":
