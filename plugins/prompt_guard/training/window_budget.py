@@ -9,7 +9,7 @@ Reads only the validation rows of those files (`neural.is_validation`: the rows 
 trained on; held-out files are never read here) and scans each with the default guard at each
 budget, at the default thresholds: recall and FPR on tool-output rows (all of them, those
 longer than two windows, the only ones a budget of 2 or more changes, and those of the sources
-kept out of training whole, `neural.UNSEEN_SOURCES`) and on prompts, and the
+kept out of training whole, one column per `neural.SOURCE_SLICES`) and on prompts, and the
 model tokens read per long row (the model's time is linear in them). Each window's probability
 is computed once, alone, and shared by the budgets, so the figures differ only by what is read.
 """
@@ -25,7 +25,7 @@ from plugins.prompt_guard.config import PromptGuardConfig
 from plugins.prompt_guard.evaluation import Tally, pct
 from plugins.prompt_guard.neural import DEFAULT_DIR, NeuralDetector, Window, model_text
 from plugins.prompt_guard.plugin import build_guard
-from plugins.prompt_guard.training.neural import is_validation, validation_slice
+from plugins.prompt_guard.training.neural import SOURCE_SLICES, is_validation, validation_slice
 
 
 def validation_rows(files: Sequence[Path]) -> list[dict[str, str]]:
@@ -67,22 +67,23 @@ def main() -> None:
     base = NeuralDetector.load(args.model)
     long = [len(base.windows(model_text(r["text"][:20_000]), 3)) > 2 for r in rows]
     cache: dict[tuple[int, ...], float] = {}
-    unseen = [validation_slice(r["text"], r.get("source")) == "unseen-source" for r in rows]
+    slice_of = [validation_slice(r["text"], r.get("source")) for r in rows]
     lines = ["| budget (windows of 128 tokens) | tool output recall / FPR | tool output > 2 windows recall / FPR | "
-             "prompts recall / FPR | unseen-source tool output recall / FPR | model tokens per long row (mean) |",
-             "|---|---|---|---|---|---|"]
+             "prompts recall / FPR | " + " | ".join(f"{name} tool output recall / FPR" for name in SOURCE_SLICES)
+             + " | model tokens per long row (mean) |",
+             "|---|---|---|---|" + "---|" * len(SOURCE_SLICES) + "---|"]
     for budget in args.budgets:
         guard = build_guard(PromptGuardConfig(type="prompt_guard"))
         read: list[int] = []
         guard.neural = CachedDetector(base, budget, cache, read)
-        tallies = {"tool": Tally(), "long": Tally(), "prompt": Tally(), "unseen": Tally()}
+        tallies = {name: Tally() for name in ("tool", "long", "prompt", *SOURCE_SLICES)}
         long_read = []
-        for row, is_long, is_unseen in zip(rows, long, unseen):
+        for row, is_long, name in zip(rows, long, slice_of):
             before = len(read)
             blocked = guard.scan(row["text"]).blocked
             tallies["prompt" if row["kind"] == "prompt" else "tool"].add(row["label"], blocked)
-            if is_unseen and row["kind"] != "prompt":
-                tallies["unseen"].add(row["label"], blocked)
+            if name in SOURCE_SLICES and row["kind"] != "prompt":
+                tallies[name].add(row["label"], blocked)
             if is_long and row["kind"] != "prompt":
                 tallies["long"].add(row["label"], blocked)
                 long_read.append(sum(read[before:]))
