@@ -237,7 +237,9 @@ class Detector:
     ENCODERS = {"bert": "BertModel", "xlm-roberta": "XLMRobertaModel"}
 
     @classmethod
-    def build(cls, base: Path) -> Any:
+    def build(cls, base: Path, attention: str = "sdpa") -> Any:
+        """The network on `base`'s weights; `attention` is transformers' attention implementation
+        (`export` asks for `eager`, whose graph onnxruntime's optimizer fuses into `QAttention`)."""
         import torch
         import transformers
 
@@ -249,7 +251,8 @@ class Detector:
         class _Net(torch.nn.Module):
             def __init__(self) -> None:
                 super().__init__()
-                self.encoder = encoder_class.from_pretrained(str(base), use_safetensors=True, add_pooling_layer=False)
+                self.encoder = encoder_class.from_pretrained(str(base), use_safetensors=True, add_pooling_layer=False,
+                                                             attn_implementation=attention)
                 self.dropout = torch.nn.Dropout(0.1)
                 self.head = torch.nn.Linear(self.encoder.config.hidden_size, 1)
 
@@ -351,7 +354,10 @@ def export(work: Path, out: Path) -> None:
 
     base = base_dir(work)
     name = base_name(work)
-    net = Detector.build(base)
+    # eager attention: exported from SDPA, the attention mask becomes Where/IsNaN nodes that the
+    # optimizer cannot fuse (10 % of the model's time); eager attention fuses into QAttention,
+    # 7.5 % faster on 2 x 128 tokens (bench/README.md). The logits move, so calibrate after export.
+    net = Detector.build(base, attention="eager")
     net.load_state_dict(load_file(str(work / "checkpoint.safetensors")))
     net.eval()
     config = json.loads((base / "config.json").read_text())
