@@ -361,9 +361,9 @@ def test_the_threshold_keeps_the_false_alarms_of_every_validation_slice_within_t
                                                                                           binding: str) -> None:
     # R: P7 — calibrate chooses the threshold on validation only, and a slice of whole sources
     # (unseen sources, documents about prompts) binds it when its benign rows look hostile
-    from plugins.prompt_guard.training.neural import PROMPT_DOC_SOURCES, UNSEEN_SOURCES, calibrate
+    from plugins.prompt_guard.training.neural import SOURCE_SLICES, calibrate
 
-    kept_out = sorted(UNSEEN_SOURCES if binding == "unseen-source" else PROMPT_DOC_SOURCES)[0]
+    kept_out = sorted(SOURCE_SLICES[binding])[0]
 
     model = tmp_path / "model"
     shutil.copytree(DEFAULT_DIR, model)

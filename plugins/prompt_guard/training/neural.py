@@ -84,8 +84,9 @@ held-out documents about prompts (5.4 %) were invisible to a validation split wi
 93 of them in a slice of 819 (docs/prompt_guard.md, "The multilingual model, second run")."""
 
 
-SOURCE_SLICES = ("unseen-source", "prompt-docs")
-"""The validation slices of whole sources (`validation_slice`), beside the `hash` split."""
+SOURCE_SLICES = {"unseen-source": UNSEEN_SOURCES, "prompt-docs": PROMPT_DOC_SOURCES}
+"""The validation slices of whole sources, by name, with their sources (`validation_slice`),
+beside the `hash` split."""
 
 
 def validation_slice(text: str, source: str | None = None) -> str | None:
@@ -93,10 +94,9 @@ def validation_slice(text: str, source: str | None = None) -> str | None:
     the rows of `UNSEEN_SOURCES`, `prompt-docs` for those of `PROMPT_DOC_SOURCES`, `hash` for
     `VALIDATION_PERCENT` of the others by a hash of their text. Validation rows are never trained
     on; thresholds and settings are chosen there."""
-    if source in UNSEEN_SOURCES:
-        return "unseen-source"
-    if source in PROMPT_DOC_SOURCES:
-        return "prompt-docs"
+    for name, sources in SOURCE_SLICES.items():
+        if source in sources:
+            return name
     if hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[0] * 100 // 256 < VALIDATION_PERCENT:
         return "hash"
     return None
