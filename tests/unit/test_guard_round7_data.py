@@ -214,11 +214,18 @@ def test_only_a_contributor_covenant_code_of_conduct_is_read_and_no_file_for_ai_
     assert [p for p, _ in b7.documents(files)] == [".github/ISSUE_TEMPLATE/bug.md", "docs/CODE_OF_CONDUCT.md"]
 
 
-def test_pinned_packages_are_distinct_and_none_is_a_heldout_source() -> None:
-    # R: P7
-    names = [(reg, name) for reg, name, _v, _h in b7.PACKAGES]
-    assert len(names) == len(set(names)) >= 15
-    assert not {name.lower() for _r, name, _v, _h in b7.PACKAGES} & b7.HELDOUT_PACKAGES
-    digests = [h for *_x, h in b7.PACKAGES]
+def assert_pins_are_distinct_and_none_is_a_heldout_source(packages: tuple[tuple[str, str, str, str], ...],
+                                                           at_least: int) -> None:
+    """A round's `PACKAGES`: at least `at_least` distinct (registry, name) pairs, no held-out name,
+    and distinct, well-formed sha256 pins."""
+    names = [(reg, name) for reg, name, _v, _h in packages]
+    assert len(names) == len(set(names)) >= at_least
+    assert not {name.lower() for _r, name, _v, _h in packages} & b7.HELDOUT_PACKAGES
+    digests = [h for *_x, h in packages]
     assert len(set(digests)) == len(digests)
     assert all(len(h) == 64 and set(h) <= set("0123456789abcdef") for h in digests)
+
+
+def test_pinned_packages_are_distinct_and_none_is_a_heldout_source() -> None:
+    # R: P7
+    assert_pins_are_distinct_and_none_is_a_heldout_source(b7.PACKAGES, 15)

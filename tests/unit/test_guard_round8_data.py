@@ -17,7 +17,7 @@ import pytest
 
 from plugins.prompt_guard.training.round7 import build_round7 as b7
 from plugins.prompt_guard.training.round8 import build_round8 as b8
-from tests.unit.test_guard_round7_data import _pin, _tgz
+from tests.unit.test_guard_round7_data import _pin, _tgz, assert_pins_are_distinct_and_none_is_a_heldout_source
 
 HELD_SENTENCE = "the quick brown fox jumps over the lazy dog near the riverbank today"
 
@@ -244,9 +244,4 @@ def test_an_archive_whose_sha256_differs_from_the_pin_is_refused(
 
 def test_pinned_packages_are_distinct_permissive_by_name_and_none_is_a_heldout_source() -> None:
     # R: P7
-    names = [(reg, name) for reg, name, _v, _h in b8.PACKAGES]
-    assert len(names) == len(set(names)) >= 2
-    assert not {name.lower() for _r, name, _v, _h in b8.PACKAGES} & b7.HELDOUT_PACKAGES
-    digests = [h for *_x, h in b8.PACKAGES]
-    assert len(set(digests)) == len(digests)
-    assert all(len(h) == 64 and set(h) <= set("0123456789abcdef") for h in digests)
+    assert_pins_are_distinct_and_none_is_a_heldout_source(b8.PACKAGES, 2)

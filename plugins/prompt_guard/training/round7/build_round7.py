@@ -439,6 +439,30 @@ def package_files(folder: Path, package: tuple[str, str, str, str], drop: Counte
     return files
 
 
+def opened(folder: Path, packages: tuple[tuple[str, str, str, str], ...], seed: int,
+           drops: dict[str, Counter[str]]) -> Iterator[tuple[str, dict[str, bytes], Counter[str], random.Random]]:
+    """For each package of `packages` that `package_files` lets through: its source name, its files,
+    the counter of what it dropped (also put in `drops`, for every package) and its own random
+    generator (seeded with `seed` and the source)."""
+    for registry, name, version, digest in packages:
+        source = source_name(registry, name, version)
+        drop: Counter[str] = Counter()
+        drops[source] = drop
+        files = package_files(folder, (registry, name, version, digest), drop)
+        if files is not None:
+            yield source, files, drop, random.Random(f"{seed}:{source}")
+
+
+def capped(kept: list[Any], cap: int, rng: random.Random, drop: Counter[str]) -> list[Any]:
+    """A package's kept items in a random order, at most `cap` of them (a random sample; the rest
+    counted in `drop`)."""
+    if len(kept) > cap:
+        drop["cap"] += len(kept) - cap
+        kept = rng.sample(kept, cap)
+    rng.shuffle(kept)
+    return kept
+
+
 def not_new(text: str, seen_text: set[str], seen_grams: set[str], held: set[str], shown: str = "") -> str:
     """Why `text` is not taken: "duplicate" (its normalised text was taken before), "near-duplicate"
     (more than NEAR_DUPLICATE of its 8-word sequences were), "heldout-8gram" (it, or `shown`, the
@@ -474,14 +498,7 @@ def build(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], 
     seen_grams: set[str] = set()
     drops: dict[str, Counter[str]] = {}
     rows: list[dict[str, Any]] = []
-    for registry, name, version, digest in packages:
-        source = source_name(registry, name, version)
-        drop: Counter[str] = Counter()
-        drops[source] = drop
-        files = package_files(folder, (registry, name, version, digest), drop)
-        if files is None:
-            continue
-        prng = random.Random(f"{seed}:{source}")
+    for source, files, drop, prng in opened(folder, packages, seed, drops):
         kept: list[str] = []
         for _path, text in documents(files):
             for piece in pieces(text, prng):
@@ -490,11 +507,7 @@ def build(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], 
                     drop[why] += 1
                     continue
                 kept.append(piece)
-        if len(kept) > CAP:
-            drop["cap"] += len(kept) - CAP
-            kept = prng.sample(kept, CAP)
-        prng.shuffle(kept)
-        rows += source_rows(source, kept, prng, decks, held, drop)
+        rows += source_rows(source, capped(kept, CAP, prng, drop), prng, decks, held, drop)
     rng.shuffle(rows)
     return rows, drops
 

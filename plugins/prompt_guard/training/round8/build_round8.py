@@ -356,14 +356,7 @@ def build(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], 
     seen_grams: set[str] = set()
     drops: dict[str, Counter[str]] = {}
     rows: list[dict[str, Any]] = []
-    for registry, name, version, digest in packages:
-        source = r7.source_name(registry, name, version)
-        drop: Counter[str] = Counter()
-        drops[source] = drop
-        files = r7.package_files(folder, (registry, name, version, digest), drop)
-        if files is None:
-            continue
-        prng = random.Random(f"{seed}:{source}")
+    for source, files, drop, prng in r7.opened(folder, packages, seed, drops):
         kept: list[Mail] = []
         for _path, raw in message_files(files):
             mail = parse(raw, drop)
@@ -375,11 +368,7 @@ def build(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], 
                 drop[why] += 1
                 continue
             kept.append(mail)
-        if len(kept) > CAP:
-            drop["cap"] += len(kept) - CAP
-            kept = prng.sample(kept, CAP)
-        prng.shuffle(kept)
-        for kind, part in zip(("mail", "inbox"), group(kept, prng)):
+        for kind, part in zip(("mail", "inbox"), group(r7.capped(kept, CAP, prng, drop), prng)):
             clean = [row for row in part if not grams(show(row)) & held]
             drop["composed-heldout-8gram"] += len(part) - len(clean)
             rows += r7.source_rows(source, clean, prng, decks, held, drop, kind=kind, place=place, show=show)
