@@ -91,17 +91,19 @@ def test_documents_read_docs_and_code_but_not_agent_files_tests_bundles_or_vendo
              "SKILL.md": _doc("skillfile", 1), ".cursor/rules.md": _doc("cursorfile", 1),
              ".guides/usage.md": _doc("guidefile", 1), "tests/test_p.py": _code("py", "testfile", 1),
              "dist/app.min.js": _code("ts", "minfile", 1),
-             "dist/bundle.js": "x=" + "1;" * 600 + _code("ts", "bundlefile", 1),
+             "dist/bundle.js": "x=" + "1;" * 2000 + _code("ts", "bundlefile", 1),
+             "dist/types.d.ts": _code("ts", "longunion", 1) + "type A = " + " | ".join(f"'m{n}'" for n in range(130)),
              "mcp/server.py": _code("py", "mcpfile", 1), "langchain_core/prompts.py": _code("py", "lcfile", 1)}
+    assert max(len(line) for line in files["dist/types.d.ts"].split("\n")) > b9.MAX_LINE  # one long line: read
     docs = b9.documents({k: v.encode() for k, v in files.items()})
     text = "\n".join(t for _, t in docs)
-    for kept in ("a agent 1", "b agent 1", "c system prompt 1.0", "d planner agent 1.0"):
+    for kept in ("a agent 1", "b agent 1", "c system prompt 1.0", "d planner agent 1.0", "longunion system prompt 1.0"):
         assert kept in text
     for skipped in ("agentsfile", "claudefile", "skillfile", "cursorfile", "guidefile", "testfile", "minfile",
                     "bundlefile", "mcpfile", "lcfile"):
         assert skipped not in text
     kinds = Counter(k for k, _ in docs)
-    assert kinds["code"] == 2 and kinds["doc"] == 4  # two code files, and their docstrings / JSDoc as prose
+    assert kinds["code"] == 3 and kinds["doc"] == 5  # three code files, and their docstrings / JSDoc as prose
     assert any(k == "doc" and "* " not in t and "c tool 1.0 result" in t for k, t in docs)  # JSDoc without its stars
 
 

@@ -16,8 +16,8 @@ docstrings, JSDoc/TSDoc comments): round 4's `file_documents`. Code keeps its pr
 system prompts and tool schemas: they are the hard negatives. Never read: round 7's skipped files
 (hidden folders such as `.cursor/` or `.guides/`, `AGENTS`/`CLAUDE`/`SKILL`/`GEMINI` files written
 for AI agents, licences, tests and fixtures, `node_modules/`), a copy of a held-out or validation
-package's modules inside another package (`_SKIP_MODULE`), and minified or bundled code (a line of
-more than `MAX_LINE` characters).
+package's modules inside another package (`_SKIP_MODULE`), and minified code (most of it in lines
+of more than `MAX_LINE` characters).
 
 Slices (round 4's `slices` and `pick`): each document, in a shuffled order, gives up to
 `slices_for` slices of 300-2000 characters starting at a line boundary, kept only when they mention
@@ -118,8 +118,10 @@ def refused(name: str) -> str:
 
 
 def minified(path: str, data: bytes) -> bool:
-    """Whether a code file is minified or bundled (`.min.` in its name, or a line over MAX_LINE)."""
-    return ".min." in path or any(len(line) > MAX_LINE for line in data.split(b"\n"))
+    """Whether a code file is minified or bundled into long lines: `.min.` in its name, or most of
+    its characters in lines over MAX_LINE (a type declaration with one long union is read)."""
+    long = sum(len(line) for line in data.split(b"\n") if len(line) > MAX_LINE)
+    return ".min." in path or 2 * long > len(data)
 
 
 def documents(files: dict[str, bytes]) -> list[tuple[str, str]]:
