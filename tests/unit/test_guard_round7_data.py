@@ -220,10 +220,18 @@ def assert_pins_are_distinct_and_none_is_a_heldout_source(packages: tuple[tuple[
     and distinct, well-formed sha256 pins."""
     names = [(reg, name) for reg, name, _v, _h in packages]
     assert len(names) == len(set(names)) >= at_least
-    assert not {name.lower() for _r, name, _v, _h in packages} & b7.HELDOUT_PACKAGES
+    assert not any(b7.heldout_package(name) for _r, name, _v, _h in packages)
     digests = [h for *_x, h in packages]
     assert len(set(digests)) == len(digests)
     assert all(len(h) == 64 and set(h) <= set("0123456789abcdef") for h in digests)
+
+
+def test_a_package_named_after_mcp_or_pydantic_ai_is_a_heldout_source() -> None:
+    # R: P7
+    for name in ("mcp", "fastmcp-slim", "@modelcontextprotocol/sdk", "mcp-server-git", "pydantic-ai-slim",
+                 "pydantic_ai", "AgentDojo"):
+        assert b7.heldout_package(name) == "heldout-package", name
+    assert b7.heldout_package("openai") == b7.heldout_package("express") == ""
 
 
 def test_pinned_packages_are_distinct_and_none_is_a_heldout_source() -> None:

