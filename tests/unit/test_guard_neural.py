@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -56,7 +57,12 @@ class Recorder:
         return sum(len(w.ids) for call in self.calls for w in call)
 
     def texts(self) -> list[str]:
-        return [self.detector.tokenizer.decode(list(w.ids), skip_special_tokens=False) for call in self.calls for w in call]
+        """The windows as text, lower-cased, the model's first and last tokens written [CLS] and [SEP]
+        whatever the tokenizer calls them (the shipped models' tokenizers differ)."""
+        cls, sep = (re.escape(self.detector.special_tokens[k].lower()) for k in ("cls", "sep"))
+        decoded = (self.detector.tokenizer.decode(list(w.ids), skip_special_tokens=False).lower()
+                   for call in self.calls for w in call)
+        return [re.sub(rf"\s*{sep}", " [SEP]", re.sub(rf"{cls}\s*", "[CLS] ", t)) for t in decoded]
 
 
 def guard_with(recorder: Recorder, **settings: object) -> object:
@@ -138,7 +144,8 @@ def test_a_decoy_the_rules_score_does_not_draw_the_suspect_window_from_a_hidden_
     [call] = recorder.calls
     suspect = recorder.texts()[2:]
     assert len(call) == 3 and recorder.tokens() <= 2 * WINDOW_TOKENS
-    assert "collect. example. net / upload" in suspect[0] and "assistant :" not in suspect[0]
+    unspaced = suspect[0].replace(" ", "")  # tokenizers decode punctuation with or without spaces
+    assert "collect.example.net/upload" in unspaced and "assistant:" not in unspaced
 
 
 def test_windows_of_different_lengths_are_scored_in_one_call_each_as_when_scored_alone() -> None:
@@ -241,7 +248,9 @@ def test_a_missing_corrupt_or_mismatched_model_stops_start_up_with_the_file_name
 
     folder = copy_model(tmp_path / "c")  # another tokenizer: a valid file, but not the model's
     tok = json.loads((folder / "tokenizer.json").read_text())
-    tok["model"]["vocab"] = {k: (v + 1) % len(tok["model"]["vocab"]) for k, v in tok["model"]["vocab"].items()}
+    vocab = tok["model"]["vocab"]  # a WordPiece dict (piece -> id) or a Unigram list of [piece, score]
+    tok["model"]["vocab"] = (vocab[1:] + vocab[:1] if isinstance(vocab, list)
+                             else {k: (v + 1) % len(vocab) for k, v in vocab.items()})
     (folder / "tokenizer.json").write_text(json.dumps(tok))
     assert error(folder).startswith(f"{folder / 'tokenizer.json'}: sha256 differs from the one in model.json: "
                                     "the file is corrupt or does not belong to this model")
