@@ -50,8 +50,8 @@ class NeuralConfig(_Strict):
 
     model: Literal["default", "high_recall"] = Field(
         default="default",
-        description="which shipped model: `default`, or `high_recall` (more recall, more false alarms; for monitor "
-        "mode or a team that measured it on its own data)",
+        description="which shipped model: `default` (multilingual), or `high_recall` (English MiniLM: more recall, "
+        "more false alarms; for monitor mode or a team that measured it on its own data)",
     )
     model_dir: str | None = Field(
         default=None, description="folder with model.onnx, tokenizer.json and model.json; replaces the shipped model"

@@ -1,4 +1,5 @@
-"""The neural detector (P6): a fine-tuned MiniLM encoder, int8 ONNX, shipped in the package.
+"""The neural detector (P6): a fine-tuned encoder, int8 ONNX, shipped in the package (the default:
+multilingual-e5-small, its lowest 6 layers; `high_recall`: all-MiniLM-L6-v2).
 
 The model (`model/neural/`: `model.onnx`, `tokenizer.json`, `model.json`) is trained by
 `training/neural.py` and read once per process at start-up with `onnxruntime` and `tokenizers`;
@@ -39,12 +40,14 @@ EDGE_TOKENS = WINDOW_TOKENS // 2
 [SEP] included). On the validation split, half windows there lost no recall against full ones
 (docs/prompt_guard.md, "Window budget") and leave a full window for the most suspicious part."""
 DEFAULT_MAX_WINDOWS = 2
-"""The default budget: 2 x 128 tokens, about 20 ms of model time on one core (issue 10's 4 KB
-target is 25 ms); chosen on the validation split (docs/prompt_guard.md, "Window budget")."""
+"""The default budget: 2 x 128 tokens, 18-35 ms of model time on one core depending on the CPU
+(issue 10's 4 KB target is 25 ms; bench/README.md); chosen on the validation split
+(docs/prompt_guard.md, "Window budget")."""
 DEFAULT_DIR = Path(__file__).parent / "model" / "neural"
 SHIPPED_MODELS = {"default": DEFAULT_DIR, "high_recall": Path(__file__).parent / "model" / "neural_high_recall"}
-"""The neural models in the package, by the name `neural.model` picks: `default` (round 4) and
-`high_recall` (round 6: more recall and more false alarms on held-out data; docs/prompt_guard.md)."""
+"""The neural models in the package, by the name `neural.model` picks: `default` (multilingual-e5-small,
+6 layers, rounds 2-8; since 2026-12-02) and `high_recall` (MiniLM, round 6: more recall and more false
+alarms on held-out data; docs/prompt_guard.md)."""
 FORMAT = "toolgate-guard-neural/1"
 DEFAULT_SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"}
 """The BERT tokens a model's windows start, end and are padded with, unless its `model.json`
