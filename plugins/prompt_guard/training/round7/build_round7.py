@@ -175,9 +175,9 @@ package gave at least one benign and one injected row when the list was made; bl
 the CPython 3.11 manylinux one (DATA.md gives the download flags)."""
 
 HELDOUT_PACKAGES = frozenset({"agentdojo", "bastioncorpus", "agent-injection-bench", "bipia", "cpython",
-                              "rust-book", "nodejs", "mcp", "fastmcp", "fastmcp-slim", "pydantic-ai",
-                              "pydantic-ai-slim"})
-"""Package names that are (or bundle) held-out sources; refused whatever their licence."""
+                              "rust-book", "nodejs"})
+"""Package names that are (or bundle) held-out sources; refused whatever their licence (with every
+name `HELDOUT_NAME` matches: mcp, fastmcp(-slim), pydantic-ai(-slim)...)."""
 HELDOUT_NAME = re.compile(r"mcp|modelcontextprotocol|pydantic[-_.]?ai", re.I)
 """Any package whose name has these in it is refused too: the held-out technical documents (round 4)
 are the docs and code of the MCP SDK, FastMCP and Pydantic AI, and their kin bundle or copy them."""
@@ -193,7 +193,7 @@ PERMISSIVE = frozenset({"mit", "mit-0", "isc", "0bsd", "bsd", "bsd-2-clause", "b
                         "python software foundation license", "the unlicense (unlicense)"})
 """Licence names and SPDX ids taken (lower-cased); anything else refuses the package."""
 
-_SKIP_FILE = re.compile(r"(^|/)(node_modules|\.(?!github/)[^/]+|test|tests|__tests__|fixtures?)/|"
+SKIP_FILE = re.compile(r"(^|/)(node_modules|\.(?!github/)[^/]+|test|tests|__tests__|fixtures?)/|"
                         r"(^|/)(AGENTS|CLAUDE|SKILL|GEMINI)(\.(md|mdc|mdx|markdown|rst|txt))?$|"
                         r"(^|/)(LICEN[CS]E|COPYING|NOTICE|THIRD[-_]PARTY[^/]*|AUTHORS|"
                         r"CODEOWNERS)(\.\w+)?$|test_email/data/|nodejs/api/", re.I)
@@ -283,7 +283,7 @@ def documents(files: dict[str, bytes]) -> list[tuple[str, str]]:
     if description.strip():
         out.append(("METADATA", description))
     for path in sorted(files):
-        if _SKIP_FILE.search(path) or not _PROSE_FILE.search(PurePosixPath(path).name) or ".dist-info/" in path:
+        if SKIP_FILE.search(path) or not _PROSE_FILE.search(PurePosixPath(path).name) or ".dist-info/" in path:
             continue
         text = files[path].decode("utf-8", "replace")
         if re.search(r"code[-_]of[-_]conduct", path, re.I) and "contributor covenant" not in text.lower():

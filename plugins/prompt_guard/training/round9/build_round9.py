@@ -129,7 +129,7 @@ def documents(files: dict[str, bytes]) -> list[tuple[str, str]]:
     without the files round 7 never reads (written for AI agents, hidden, tests, licences), vendored
     held-out or validation modules, and minified code."""
     readable = {path: data for path, data in files.items()
-                if not r7._SKIP_FILE.search(path) and not _SKIP_MODULE.search(path)
+                if not r7.SKIP_FILE.search(path) and not _SKIP_MODULE.search(path)
                 and not (path.endswith(CODE) and minified(path, data))}
     return r4.file_documents(readable, PROSE, CODE)
 
