@@ -193,3 +193,14 @@ def test_pinned_packages_are_distinct_permissive_by_name_and_none_is_heldout_val
     # R: P7
     assert_pins_are_distinct_and_none_is_a_heldout_source(b9.PACKAGES, 20)
     assert not any(b9.refused(name) for _r, name, _v, _h in b9.PACKAGES)
+
+
+def test_the_prompt_docs_slice_names_round9_libraries_by_the_source_names_their_rows_carry() -> None:
+    # R: P7 — a misspelt name would put that library's rows back into training, unnoticed
+    from plugins.prompt_guard.training.neural import PROMPT_DOC_SOURCES
+
+    round9 = {b7.source_name(registry, name, version) for registry, name, version, _h in b9.PACKAGES}
+    kept_out = PROMPT_DOC_SOURCES & round9
+    assert len(kept_out) == 5
+    assert PROMPT_DOC_SOURCES - kept_out == {"pypi:guardrails_ai-0.11.0", "pypi:langchain_core-1.8.1"}
+    assert "npm:@openai/agents-core-0.20.0" in kept_out and "pypi:openai-agents-0.24.0" in kept_out  # kin together

@@ -76,13 +76,22 @@ trained without them): mail, web docs, READMEs and release notes. A threshold ch
 that share their sources with the training rows was too low: the round-6 model's benign FPR was
 1.2 % there and 2-8 % on held-out documents. Their rows are the `unseen-source` slice of the
 validation split; models trained before that date did train on them."""
-PROMPT_DOC_SOURCES = frozenset({"pypi:guardrails_ai-0.11.0", "pypi:langchain_core-1.8.1"})
+PROMPT_DOC_SOURCES = frozenset({
+    "pypi:guardrails_ai-0.11.0", "pypi:langchain_core-1.8.1",  # round 4
+    "pypi:openai-agents-0.24.0", "npm:@openai/agents-core-0.20.0", "pypi:agno-3.1.10",  # round 9
+    "pypi:letta-0.16.8", "pypi:semantic-kernel-1.45.0",
+})
 """Documentation about prompts, agents and tool calling kept out of training whole: the
 `prompt-docs` slice of the validation split. guardrails-ai's docs were in `UNSEEN_SOURCES` (the
 two 2026-12-02 multilingual runs did not train on them); langchain-core's were added after the
 second run (chosen before any model trained without them), because that run's false alarms on
 held-out documents about prompts (5.4 %) were invisible to a validation split with 147 such rows,
-93 of them in a slice of 819 (docs/prompt_guard.md, "The multilingual model, second run")."""
+93 of them in a slice of 819 (docs/prompt_guard.md, "The multilingual model, second run").
+Five of round 9's libraries (agent frameworks with tools and MCP clients: OpenAI Agents in Python
+and TypeScript, kept together as kin, Agno, Letta, Semantic Kernel) were added on 2026-12-02 before
+the fifth run (chosen before any model trained without them), because the fourth candidate's three
+more false alarms on held-out documents about prompts were again invisible to a slice of two
+libraries (docs/prompt_guard.md, "The multilingual model, fifth run")."""
 
 
 SOURCE_SLICES = {"unseen-source": UNSEEN_SOURCES, "prompt-docs": PROMPT_DOC_SOURCES}
