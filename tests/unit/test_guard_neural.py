@@ -366,8 +366,8 @@ def test_rows_of_a_source_kept_out_whole_are_all_validation_and_never_training(t
 
 
 @pytest.mark.parametrize("binding", ["unseen-source", "prompt-docs"])
-def test_the_threshold_keeps_the_false_alarms_of_every_validation_slice_within_the_limit(tmp_path: Path,
-                                                                                          binding: str) -> None:
+def test_the_threshold_keeps_the_false_alarms_of_every_validation_slice_within_the_limit(
+        tmp_path: Path, binding: str, capsys: pytest.CaptureFixture[str]) -> None:
     # R: P7 — calibrate chooses the threshold on validation only, and a slice of whole sources
     # (unseen sources, documents about prompts) binds it when its benign rows look hostile
     from plugins.prompt_guard.training.neural import SOURCE_SLICES, calibrate
@@ -396,3 +396,7 @@ def test_the_threshold_keeps_the_false_alarms_of_every_validation_slice_within_t
         assert blocked <= 2, (source, blocked)
     hostile_benign = [detector.probability(r["text"]) for r in rows[100:106]]
     assert sum(p >= threshold for p in hostile_benign) <= 2 and max(hostile_benign) > 0.5  # the slice bound it
+    above = sum(p >= threshold for p in hostile_benign)
+    report = capsys.readouterr().out  # the report names where the rows that bind the threshold come from
+    assert f"benign tool-output rows at or above {threshold:.4f}: {above}" in report
+    assert above >= 1 and f"{binding}/{kept_out} {above}" in report

@@ -43,6 +43,7 @@ import json
 import random
 import time
 import zipfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -464,19 +465,20 @@ def calibrate(work: Path, out: Path, max_fpr: float) -> None:
     from plugins.prompt_guard.neural import NeuralDetector
 
     detector = NeuralDetector.load(out, threshold=0.5)
-    scored: list[tuple[float, int, str, str]] = []
+    scored: list[tuple[float, int, str, str, str]] = []
     for line in (work / "validation.jsonl").open(encoding="utf-8"):
         row = json.loads(line)
         scored.append((detector.probability(row["text"]), int(row["label"] == "injection"), row["kind"],
-                       validation_slice(row["text"], row.get("source")) or "hash"))
-    slices = sorted({s for *_, s in scored})
+                       validation_slice(row["text"], row.get("source")) or "hash", row.get("source") or "?"))
+    slices = sorted({r[3] for r in scored})
     thresholds = {}
     for name in slices:
-        benign = sorted((p for p, y, kind, s in scored if y == 0 and kind != "prompt" and s == name), reverse=True)
+        benign = sorted((p for p, y, kind, s, _source in scored if y == 0 and kind != "prompt" and s == name), reverse=True)
         allowed = int(max_fpr * len(benign))
         thresholds[name] = min(0.9999, max(0.5, benign[allowed] + 1e-6 if allowed < len(benign) else 0.5))
         print(f"slice {name}: {len(benign)} benign tool-output rows; threshold at FPR <= {max_fpr}: {thresholds[name]:.4f}")
     threshold = max(thresholds.values())
+    print(binding_rows(scored, threshold))
     for name in slices:
         for kind, rows in (("tool output", [r for r in scored if r[3] == name and r[2] != "prompt"]),
                            ("prompts", [r for r in scored if r[3] == name and r[2] == "prompt"])):
@@ -494,6 +496,17 @@ def calibrate(work: Path, out: Path, max_fpr: float) -> None:
                               f"in each slice ({', '.join(slices)})")
     card_path.write_text(json.dumps(card, indent=1) + "\n")
     print(f"threshold {threshold:.4f} -> {card_path}")
+
+
+def binding_rows(scored: list[tuple[float, int, str, str, str]], threshold: float) -> str:
+    """Where the benign tool-output rows at or above `threshold` come from, by slice and source,
+    most first: the documents that bind the threshold, so that a run's report says which kinds
+    of text the model cannot yet tell from injections."""
+    count = Counter((s, source) for p, y, kind, s, source in scored
+                    if y == 0 and kind != "prompt" and p >= threshold)
+    listed = ", ".join(f"{s}/{source} {n}" for (s, source), n in
+                       sorted(count.items(), key=lambda item: (-item[1], item[0])))
+    return f"benign tool-output rows at or above {threshold:.4f}: {sum(count.values())}" + (f" ({listed})" if listed else "")
 
 
 def mine(work: Path, model: Path, factor: float, batch: int = 64) -> None:
