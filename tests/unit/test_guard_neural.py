@@ -395,8 +395,8 @@ def test_the_threshold_keeps_the_false_alarms_of_every_validation_slice_within_t
         blocked = sum(detector.probability(t) >= threshold for t in benign)
         assert blocked <= 2, (source, blocked)
     hostile_benign = [detector.probability(r["text"]) for r in rows[100:106]]
-    assert sum(p >= threshold for p in hostile_benign) <= 2 and max(hostile_benign) > 0.5  # the slice bound it
     above = sum(p >= threshold for p in hostile_benign)
+    assert above <= 2 and max(hostile_benign) > 0.5  # the slice bound it
     report = capsys.readouterr().out  # the report names where the rows that bind the threshold come from
     assert f"benign tool-output rows at or above {threshold:.4f}: {above}" in report
     assert above >= 1 and f"{binding}/{kept_out} {above}" in report

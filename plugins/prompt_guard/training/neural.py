@@ -45,7 +45,7 @@ import time
 import zipfile
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from plugins.prompt_guard.neural import (DEFAULT_SPECIAL_TOKENS, WINDOW_TOKENS, NeuralModelError, file_sha256,
                                          model_text, special_token_ids)
@@ -456,6 +456,16 @@ def split_shipped(out: Path) -> None:
     print(f"{out / 'model.onnx'}: {count} SkipLayerNormalization nodes split; sha256 in {card_path}")
 
 
+class Scored(NamedTuple):
+    """One validation row as `calibrate` scored it."""
+
+    probability: float
+    injection: bool
+    kind: str
+    slice: str
+    source: str
+
+
 def calibrate(work: Path, out: Path, max_fpr: float) -> None:
     """Choose the model's threshold on the validation rows (never on held-out data): the lowest
     probability at which the model alone, reading rows the way the runtime reads them
@@ -465,27 +475,28 @@ def calibrate(work: Path, out: Path, max_fpr: float) -> None:
     from plugins.prompt_guard.neural import NeuralDetector
 
     detector = NeuralDetector.load(out, threshold=0.5)
-    scored: list[tuple[float, int, str, str, str]] = []
+    scored: list[Scored] = []
     for line in (work / "validation.jsonl").open(encoding="utf-8"):
         row = json.loads(line)
-        scored.append((detector.probability(row["text"]), int(row["label"] == "injection"), row["kind"],
-                       validation_slice(row["text"], row.get("source")) or "hash", row.get("source") or "?"))
-    slices = sorted({r[3] for r in scored})
+        scored.append(Scored(detector.probability(row["text"]), row["label"] == "injection", row["kind"],
+                             validation_slice(row["text"], row.get("source")) or "hash", row.get("source") or "?"))
+    slices = sorted({r.slice for r in scored})
     thresholds = {}
     for name in slices:
-        benign = sorted((p for p, y, kind, s, _source in scored if y == 0 and kind != "prompt" and s == name), reverse=True)
+        benign = sorted((r.probability for r in scored if not r.injection and r.kind != "prompt" and r.slice == name),
+                        reverse=True)
         allowed = int(max_fpr * len(benign))
         thresholds[name] = min(0.9999, max(0.5, benign[allowed] + 1e-6 if allowed < len(benign) else 0.5))
         print(f"slice {name}: {len(benign)} benign tool-output rows; threshold at FPR <= {max_fpr}: {thresholds[name]:.4f}")
     threshold = max(thresholds.values())
     print(binding_rows(scored, threshold))
     for name in slices:
-        for kind, rows in (("tool output", [r for r in scored if r[3] == name and r[2] != "prompt"]),
-                           ("prompts", [r for r in scored if r[3] == name and r[2] == "prompt"])):
+        for kind, rows in (("tool output", [r for r in scored if r.slice == name and r.kind != "prompt"]),
+                           ("prompts", [r for r in scored if r.slice == name and r.kind == "prompt"])):
             if not rows:
                 continue
-            pos = [p for p, y, *_ in rows if y == 1]
-            neg = [p for p, y, *_ in rows if y == 0]
+            pos = [r.probability for r in rows if r.injection]
+            neg = [r.probability for r in rows if not r.injection]
             recall = sum(p >= threshold for p in pos) / max(1, len(pos))
             fpr = sum(p >= threshold for p in neg) / max(1, len(neg))
             print(f"validation {name} {kind}: {len(pos)} injection, {len(neg)} benign: recall {recall:.3f}, FPR {fpr:.4f}")
@@ -498,12 +509,12 @@ def calibrate(work: Path, out: Path, max_fpr: float) -> None:
     print(f"threshold {threshold:.4f} -> {card_path}")
 
 
-def binding_rows(scored: list[tuple[float, int, str, str, str]], threshold: float) -> str:
+def binding_rows(scored: list[Scored], threshold: float) -> str:
     """Where the benign tool-output rows at or above `threshold` come from, by slice and source,
     most first: the documents that bind the threshold, so that a run's report says which kinds
     of text the model cannot yet tell from injections."""
-    count = Counter((s, source) for p, y, kind, s, source in scored
-                    if y == 0 and kind != "prompt" and p >= threshold)
+    count = Counter((r.slice, r.source) for r in scored
+                    if not r.injection and r.kind != "prompt" and r.probability >= threshold)
     listed = ", ".join(f"{s}/{source} {n}" for (s, source), n in
                        sorted(count.items(), key=lambda item: (-item[1], item[0])))
     return f"benign tool-output rows at or above {threshold:.4f}: {sum(count.values())}" + (f" ({listed})" if listed else "")

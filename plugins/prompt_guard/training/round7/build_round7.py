@@ -194,9 +194,9 @@ PERMISSIVE = frozenset({"mit", "mit-0", "isc", "0bsd", "bsd", "bsd-2-clause", "b
 """Licence names and SPDX ids taken (lower-cased); anything else refuses the package."""
 
 SKIP_FILE = re.compile(r"(^|/)(node_modules|\.(?!github/)[^/]+|test|tests|__tests__|fixtures?)/|"
-                        r"(^|/)(AGENTS|CLAUDE|SKILL|GEMINI)(\.(md|mdc|mdx|markdown|rst|txt))?$|"
-                        r"(^|/)(LICEN[CS]E|COPYING|NOTICE|THIRD[-_]PARTY[^/]*|AUTHORS|"
-                        r"CODEOWNERS)(\.\w+)?$|test_email/data/|nodejs/api/", re.I)
+                       r"(^|/)(AGENTS|CLAUDE|SKILL|GEMINI)(\.(md|mdc|mdx|markdown|rst|txt))?$|"
+                       r"(^|/)(LICEN[CS]E|COPYING|NOTICE|THIRD[-_]PARTY[^/]*|AUTHORS|"
+                       r"CODEOWNERS)(\.\w+)?$|test_email/data/|nodejs/api/", re.I)
 """Files never read: hidden folders other than `.github/` (`.agents/`, `.cursor/`, `.claude/`, `.pi/`:
 instructions and memories of AI agents), files written for agents (as prose: a module `agents.py` is
 code), licence and author lists, tests and their fixtures, and held-out material by path."""
