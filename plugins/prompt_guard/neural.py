@@ -44,10 +44,12 @@ DEFAULT_MAX_WINDOWS = 2
 (issue 10's 4 KB target is 25 ms; bench/README.md); chosen on the validation split
 (docs/prompt_guard.md, "Window budget")."""
 DEFAULT_DIR = Path(__file__).parent / "model" / "neural"
-SHIPPED_MODELS = {"default": DEFAULT_DIR, "high_recall": Path(__file__).parent / "model" / "neural_high_recall"}
+SHIPPED_MODELS = {"default": DEFAULT_DIR, "high_recall": Path(__file__).parent / "model" / "neural_high_recall",
+                  "ensemble": Path(__file__).parent / "model" / "ensemble"}
 """The neural models in the package, by the name `neural.model` picks: `default` (multilingual-e5-small,
-6 layers, rounds 2-8; since 2026-12-02) and `high_recall` (MiniLM, round 6: more recall and more false
-alarms on held-out data; docs/prompt_guard.md)."""
+6 layers, rounds 2-8; since 2026-12-02), `high_recall` (MiniLM, round 6: more recall and more false
+alarms on held-out data) and `ensemble` (the two together, weighed on validation rows;
+`EnsembleDetector`); docs/prompt_guard.md."""
 FORMAT = "toolgate-guard-neural/1"
 DEFAULT_SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"}
 """The BERT tokens a model's windows start, end and are padded with, unless its `model.json`
@@ -246,13 +248,133 @@ class NeuralDetector:
 
     def evidence(self, probability: float) -> float:
         """`probability` shifted in logit space so that the model's threshold maps to 0.5."""
-        p = min(max(probability, 1e-9), 1 - 1e-9)
-        z = math.log(p / (1.0 - p)) - self._bias
-        return 1.0 / (1.0 + math.exp(-max(min(z, 60.0), -60.0)))
+        return sigmoid(logit(probability) - self._bias)
+
+
+def logit(probability: float) -> float:
+    """log(p / (1 - p)), with p kept inside (1e-9, 1 - 1e-9)."""
+    p = min(max(probability, 1e-9), 1 - 1e-9)
+    return math.log(p / (1.0 - p))
+
+
+def sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(min(z, 60.0), -60.0)))
+
+
+@dataclass(frozen=True)
+class Ensemble:
+    """How an `EnsembleDetector` weighs its members (chosen on validation rows,
+    `training/ensemble.py`): the item's combined margin is `sum(weights[i] * margin_i)`, where a
+    member's margin is the logit of its highest window probability minus the logit of its own
+    threshold; `cascade` (or None): the later members read an item only when the first member's
+    margin is above it, and otherwise the first member's margin stands for all of them."""
+
+    weights: tuple[float, ...]
+    cascade: float | None = None
+
+    def margin(self, margins: Sequence[float]) -> float:
+        """The combined margin of members' margins (only the first one's when the cascade stopped)."""
+        if len(margins) == 1:
+            return margins[0]
+        return sum(w * m for w, m in zip(self.weights, margins))
+
+    def reads_on(self, first: float) -> bool:
+        """Whether the later members read an item whose first member's margin is `first`."""
+        return self.cascade is None or first > self.cascade
+
+
+class EnsembleDetector:
+    """Several shipped models read the same item (each with its own tokenizer, at the same
+    budget, the same suspicious ranges); `probability` is the sigmoid of their combined margin
+    (`Ensemble`) and `threshold` the ensemble's own, so `evidence` reads like one model's."""
+
+    def __init__(self, members: Sequence[NeuralDetector], ensemble: Ensemble, threshold: float, source: str) -> None:
+        self.members = tuple(members)
+        self.ensemble = ensemble
+        self.threshold = threshold
+        self.source = source
+        self.max_windows = members[0].max_windows
+        self._bias = logit(threshold)
+
+    @classmethod
+    def load(cls, directory: Path, card: dict[str, Any], max_windows: int = DEFAULT_MAX_WINDOWS,
+             threshold: float | None = None) -> "EnsembleDetector":
+        """Load the members an ensemble card names (folders relative to it), each checked as
+        `NeuralDetector.load` checks a model, and each against the model.onnx sha256 the card
+        was calibrated with."""
+        card_path = directory / "model.json"
+        members = card.get("members")
+        weights = card.get("weights")
+        if (not isinstance(members, list) or len(members) < 2 or not isinstance(weights, list)
+                or len(weights) != len(members) or not all(isinstance(w, (int, float)) for w in weights)
+                or not all(isinstance(m, dict) and isinstance(m.get("dir"), str) and isinstance(m.get("model.onnx"), str)
+                           for m in members)):
+            raise NeuralModelError(f"{card_path}: an ensemble needs two or more members "
+                                   '({"dir", "model.onnx": sha256}) and one weight for each')
+        cascade = card.get("cascade")
+        if cascade is not None and not isinstance(cascade, (int, float)):
+            raise NeuralModelError(f"{card_path}: cascade must be a number or null")
+        loaded = []
+        for member in members:
+            folder = (directory / member["dir"]).resolve()
+            if file_sha256_or_none(folder / "model.onnx") != member["model.onnx"]:
+                raise NeuralModelError(f"{folder / 'model.onnx'}: not the model {card_path} was calibrated with "
+                                       "(sha256 differs, or the file is missing)")
+            loaded.append(NeuralDetector.load(folder, max_windows))
+        chosen = threshold if threshold is not None else card.get("threshold")
+        if not isinstance(chosen, (int, float)) or not 0.0 < chosen < 1.0:
+            raise NeuralModelError(f"{card_path}: no threshold in (0, 1) recorded for the ensemble")
+        ensemble = Ensemble(tuple(float(w) for w in weights), None if cascade is None else float(cascade))
+        return cls(loaded, ensemble, float(chosen), str(directory))
+
+    def margins(self, raw: str, suspects: Callable[[], Sequence[tuple[int, int]]] = tuple) -> list[float]:
+        """Each member's margin on `raw` (the first one's only, when the cascade stops there);
+        `suspects` is ranked once and shared."""
+        ranked: list[Sequence[tuple[int, int]]] = []
+
+        def once() -> Sequence[tuple[int, int]]:
+            if not ranked:
+                ranked.append(suspects())
+            return ranked[0]
+
+        first = self.members[0]
+        margins = [logit(first.probability(raw, once)) - first._bias]
+        if self.ensemble.reads_on(margins[0]):
+            margins += [logit(m.probability(raw, once)) - m._bias for m in self.members[1:]]
+        return margins
+
+    def probability(self, raw: str, suspects: Callable[[], Sequence[tuple[int, int]]] = tuple) -> float:
+        """The sigmoid of the members' combined margin on `raw`."""
+        return sigmoid(self.ensemble.margin(self.margins(raw, suspects)))
+
+    def evidence(self, probability: float) -> float:
+        """`probability` shifted in logit space so that the ensemble's threshold maps to 0.5."""
+        return sigmoid(logit(probability) - self._bias)
+
+
+def file_sha256_or_none(path: Path) -> str | None:
+    return file_sha256(path) if path.is_file() else None
+
+
+ENSEMBLE_FORMAT = "toolgate-guard-ensemble/1"
+
+
+def load_detector(directory: Path, max_windows: int = DEFAULT_MAX_WINDOWS,
+                  threshold: float | None = None) -> NeuralDetector | EnsembleDetector:
+    """The detector a model folder holds: one model (`FORMAT`), or an ensemble of shipped
+    models (`ENSEMBLE_FORMAT`, a `model.json` naming its members)."""
+    card_path = directory / "model.json"
+    try:
+        card = json.loads(card_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        card = None  # NeuralDetector.load says what is wrong with it
+    if isinstance(card, dict) and card.get("format") == ENSEMBLE_FORMAT:
+        return EnsembleDetector.load(directory, card, max_windows, threshold)
+    return NeuralDetector.load(directory, max_windows, threshold)
 
 
 @functools.lru_cache(maxsize=8)
-def shared_detector(directory: Path, max_windows: int, threshold: float | None) -> NeuralDetector:
+def shared_detector(directory: Path, max_windows: int, threshold: float | None) -> NeuralDetector | EnsembleDetector:
     """One loaded model per process and setting: every prompt_guard node (and every route)
     that names the same model shares its ONNX session, which is safe to call from threads."""
-    return NeuralDetector.load(directory, max_windows, threshold)
+    return load_detector(directory, max_windows, threshold)

