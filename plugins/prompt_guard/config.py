@@ -48,14 +48,14 @@ class NeuralConfig(_Strict):
     """The neural detector (P6): the model shipped in the package, or another one trained the same
     way (`training/neural.py`). Relative paths are read from the YAML config's folder."""
 
-    model: Literal["default", "high_recall", "ensemble"] = Field(
+    model: Literal["default", "high_recall"] = Field(
         default="default",
-        description="which shipped model: `default` (multilingual), `high_recall` (English MiniLM: more recall, "
-        "more false alarms; for monitor mode or a team that measured it on its own data), or `ensemble` (the two "
-        "read every item together, weighed on validation data; up to twice the model time)",
+        description="which shipped model: `default` (multilingual), or `high_recall` (English MiniLM: more recall, "
+        "more false alarms; for monitor mode or a team that measured it on its own data)",
     )
     model_dir: str | None = Field(
-        default=None, description="folder with model.onnx, tokenizer.json and model.json; replaces the shipped model"
+        default=None, description="folder with model.onnx, tokenizer.json and model.json (or only a model.json of "
+        "an ensemble, training/ensemble.py); replaces the shipped model"
     )
     max_windows: int = Field(
         default=DEFAULT_MAX_WINDOWS, ge=1, le=64,

