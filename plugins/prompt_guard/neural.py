@@ -247,7 +247,11 @@ class NeuralDetector:
 
     def evidence(self, probability: float) -> float:
         """`probability` shifted in logit space so that the model's threshold maps to 0.5."""
-        return sigmoid(logit(probability) - self._bias)
+        return sigmoid(self.margin(probability))
+
+    def margin(self, probability: float) -> float:
+        """How far `probability` is above the model's threshold, in logit space (negative below it)."""
+        return logit(probability) - self._bias
 
 
 def logit(probability: float) -> float:
@@ -316,7 +320,8 @@ class EnsembleDetector:
         loaded = []
         for member in members:
             folder = (directory / member["dir"]).resolve()
-            if file_sha256_or_none(folder / "model.onnx") != member["model.onnx"]:
+            onnx_file = folder / "model.onnx"
+            if not onnx_file.is_file() or file_sha256(onnx_file) != member["model.onnx"]:
                 raise NeuralModelError(f"{folder / 'model.onnx'}: not the model {card_path} was calibrated with "
                                        "(sha256 differs, or the file is missing)")
             loaded.append(NeuralDetector.load(folder, max_windows))
@@ -337,9 +342,9 @@ class EnsembleDetector:
             return ranked[0]
 
         first = self.members[0]
-        margins = [logit(first.probability(raw, once)) - first._bias]
+        margins = [first.margin(first.probability(raw, once))]
         if self.ensemble.reads_on(margins[0]):
-            margins += [logit(m.probability(raw, once)) - m._bias for m in self.members[1:]]
+            margins += [m.margin(m.probability(raw, once)) for m in self.members[1:]]
         return margins
 
     def probability(self, raw: str, suspects: Callable[[], Sequence[tuple[int, int]]] = tuple) -> float:
@@ -351,15 +356,13 @@ class EnsembleDetector:
         return sigmoid(logit(probability) - self._bias)
 
 
-def file_sha256_or_none(path: Path) -> str | None:
-    return file_sha256(path) if path.is_file() else None
-
-
+Detector = NeuralDetector | EnsembleDetector
+"""What a prompt_guard node's `neural` setting loads (`load_detector`)."""
 ENSEMBLE_FORMAT = "toolgate-guard-ensemble/1"
 
 
 def load_detector(directory: Path, max_windows: int = DEFAULT_MAX_WINDOWS,
-                  threshold: float | None = None) -> NeuralDetector | EnsembleDetector:
+                  threshold: float | None = None) -> Detector:
     """The detector a model folder holds: one model (`FORMAT`), or an ensemble of shipped
     models (`ENSEMBLE_FORMAT`, a `model.json` naming its members)."""
     card_path = directory / "model.json"
@@ -373,7 +376,7 @@ def load_detector(directory: Path, max_windows: int = DEFAULT_MAX_WINDOWS,
 
 
 @functools.lru_cache(maxsize=8)
-def shared_detector(directory: Path, max_windows: int, threshold: float | None) -> NeuralDetector | EnsembleDetector:
+def shared_detector(directory: Path, max_windows: int, threshold: float | None) -> Detector:
     """One loaded model per process and setting: every prompt_guard node (and every route)
     that names the same model shares its ONNX session, which is safe to call from threads."""
     return load_detector(directory, max_windows, threshold)

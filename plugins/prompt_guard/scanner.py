@@ -37,7 +37,7 @@ except ImportError:  # pragma: no cover - depends on the install having had a C 
     native_scan = None
 
 if TYPE_CHECKING:  # the backend modules are imported only when a model is configured
-    from plugins.prompt_guard.neural import NeuralDetector
+    from plugins.prompt_guard.neural import Detector
     from plugins.prompt_guard.onnx_backend import OnnxClassifier
 
 HEURISTIC_IDS = frozenset({
@@ -117,7 +117,7 @@ class Guard:
         disabled: Iterable[str] = (),
         native: bool = True,
         onnx: OnnxClassifier | None = None,
-        neural: NeuralDetector | None = None,
+        neural: Detector | None = None,
     ) -> None:
         rules = list(rules)
         self.disabled = frozenset(disabled)

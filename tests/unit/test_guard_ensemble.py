@@ -44,7 +44,7 @@ def write_card(folder: Path, weights: list[float], threshold: float = 0.5, casca
 
 
 def margin(detector: NeuralDetector, text: str) -> float:
-    return logit(detector.probability(text)) - logit(detector.threshold)
+    return detector.margin(detector.probability(text))
 
 
 def test_an_ensemble_weighs_its_members_margins_around_its_own_threshold(tmp_path: Path) -> None:
