@@ -46,8 +46,8 @@ DEFAULT_MAX_WINDOWS = 2
 DEFAULT_DIR = Path(__file__).parent / "model" / "neural"
 SHIPPED_MODELS = {"default": DEFAULT_DIR, "high_recall": Path(__file__).parent / "model" / "neural_high_recall"}
 """The neural models in the package, by the name `neural.model` picks: `default` (multilingual-e5-small,
-6 layers, rounds 2-8; since 2026-12-02) and `high_recall` (MiniLM, round 6: more recall and more false
-alarms on held-out data; docs/prompt_guard.md). An ensemble of them (`EnsembleDetector`) is a folder
+6 layers, rounds 2-9, the eighth candidate; since 2026-12-02) and `high_recall` (MiniLM, round 6: more
+recall and more false alarms on held-out data; docs/prompt_guard.md). An ensemble of them (`EnsembleDetector`) is a folder
 whose model.json `training/ensemble.py` writes, named by `neural.model_dir`."""
 FORMAT = "toolgate-guard-neural/1"
 DEFAULT_SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"}
