@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections import Counter
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,8 +41,8 @@ from plugins.prompt_guard.neural import (
     sigmoid,
 )
 from plugins.prompt_guard.plugin import build_guard
+from plugins.prompt_guard.training.neural import Scored, binding_rows, validation_slice
 from plugins.prompt_guard.training.window_budget import validation_rows
-from plugins.prompt_guard.training.neural import validation_slice
 
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
 """The first member's weights tried (1.0: the first member alone)."""
@@ -52,7 +52,7 @@ CASCADE_RECALL_LOSS = 0.003
 
 
 @dataclass(frozen=True)
-class Scored:
+class MemberScores:
     """One validation row: each member's margin, the rest of the guard's score, and its labels."""
 
     margins: tuple[float, ...]
@@ -82,7 +82,7 @@ class _Recording(EnsembleDetector):
         return 0.0
 
 
-def score(files: Sequence[Path], members: Sequence[Path]) -> list[Scored]:
+def score(files: Sequence[Path], members: Sequence[Path]) -> list[MemberScores]:
     """Scan every validation row of `files` with the default guard, each member reading it."""
     guard = build_guard(PromptGuardConfig(type="prompt_guard"))
     detectors = [NeuralDetector.load(m) for m in members]
@@ -95,18 +95,18 @@ def score(files: Sequence[Path], members: Sequence[Path]) -> list[Scored]:
         # a text over the scan cap is read as two pieces: the higher margin of each member stands
         margins = tuple(max(m[i] for m in recording.recorded) for i in range(len(detectors))) \
             if recording.recorded else tuple(-60.0 for _ in detectors)
-        out.append(Scored(margins, verdict.score, row["label"] == "injection", row.get("kind") or "?",
+        out.append(MemberScores(margins, verdict.score, row["label"] == "injection", row.get("kind") or "?",
                           validation_slice(row["text"], row.get("source")) or "hash", row.get("source") or "?"))
     return out
 
 
-def combined(row: Scored, ensemble: Ensemble) -> float:
+def combined(row: MemberScores, ensemble: Ensemble) -> float:
     """The ensemble's margin on a scored row, as `EnsembleDetector` computes it."""
     first = row.margins[0]
     return ensemble.margin(row.margins if ensemble.reads_on(first) else (first,))
 
 
-def threshold(rows: Sequence[Scored], ensemble: Ensemble, max_fpr: float) -> float:
+def threshold(rows: Sequence[MemberScores], ensemble: Ensemble, max_fpr: float) -> float:
     """The lowest margin threshold at which the ensemble alone blocks at most `max_fpr` of the
     benign tool-output rows of every slice."""
     bound = -math.inf
@@ -119,18 +119,18 @@ def threshold(rows: Sequence[Scored], ensemble: Ensemble, max_fpr: float) -> flo
     return bound
 
 
-def rates(rows: Sequence[Scored], blocked: Sequence[bool]) -> tuple[float, float, int, int]:
+def rates(rows: Sequence[MemberScores], blocked: Sequence[bool]) -> tuple[float, float, int, int]:
     """Recall and FPR of `blocked` over `rows`, with their injection and benign counts."""
     pos = [b for r, b in zip(rows, blocked) if r.injection]
     neg = [b for r, b in zip(rows, blocked) if not r.injection]
     return sum(pos) / max(1, len(pos)), sum(neg) / max(1, len(neg)), len(pos), len(neg)
 
 
-def alone(rows: Sequence[Scored], ensemble: Ensemble, cut: float) -> list[bool]:
+def alone(rows: Sequence[MemberScores], ensemble: Ensemble, cut: float) -> list[bool]:
     return [combined(r, ensemble) >= cut for r in rows]
 
 
-def guard_blocks(rows: Sequence[Scored], ensemble: Ensemble, cut: float, guard_threshold: float = 0.5) -> list[bool]:
+def guard_blocks(rows: Sequence[MemberScores], ensemble: Ensemble, cut: float, guard_threshold: float = 0.5) -> list[bool]:
     """The whole guard's decisions: the rest of its score noisy-OR the ensemble's evidence."""
     return [1 - (1 - r.rest) * (1 - sigmoid(combined(r, ensemble) - cut)) >= guard_threshold for r in rows]
 
@@ -145,7 +145,7 @@ class Choice:
     """share of the benign tool-output rows the later members read"""
 
 
-def choose(rows: Sequence[Scored], max_fpr: float) -> tuple[Choice, list[Choice]]:
+def choose(rows: Sequence[MemberScores], max_fpr: float) -> tuple[Choice, list[Choice]]:
     """The weight with the most validation tool-output recall at its threshold, then the cascade."""
     tool = [r for r in rows if r.tool]
     tried = []
@@ -164,7 +164,7 @@ def choose(rows: Sequence[Scored], max_fpr: float) -> tuple[Choice, list[Choice]
     return best, tried
 
 
-def report(rows: Sequence[Scored], choice: Choice) -> list[str]:
+def report(rows: Sequence[MemberScores], choice: Choice) -> list[str]:
     """Per slice and kind: the first member alone at its own threshold, and the chosen ensemble,
     the model alone and the whole guard."""
     first = Ensemble((1.0, 0.0))
@@ -185,19 +185,15 @@ def report(rows: Sequence[Scored], choice: Choice) -> list[str]:
     return lines
 
 
-def binding(rows: Sequence[Scored], choice: Choice) -> str:
-    """Where the benign tool-output rows the ensemble alone blocks come from (slice/source)."""
+def binding(rows: Sequence[MemberScores], choice: Choice) -> str:
+    """Where the benign tool-output rows the ensemble alone blocks come from (`neural.binding_rows`)."""
     chosen = Ensemble((choice.weight, 1 - choice.weight), choice.cascade)
-    count = Counter((r.slice, r.source) for r in rows
-                    if r.tool and not r.injection and combined(r, chosen) >= choice.cut)
-    listed = ", ".join(f"{s}/{src} {n}" for (s, src), n in sorted(count.items(), key=lambda i: (-i[1], i[0])))
-    return f"benign tool-output rows the ensemble alone blocks: {sum(count.values())}" + (f" ({listed})" if listed else "")
+    return binding_rows([Scored(sigmoid(combined(r, chosen) - choice.cut), r.injection, r.kind, r.slice, r.source)
+                         for r in rows], 0.5)
 
 
 def write_card(out: Path, members: Sequence[Path], choice: Choice, max_fpr: float, rows: int) -> Path:
     """The ensemble's model.json: members by folder (relative to `out`) and model.onnx sha256."""
-    import os
-
     out.mkdir(parents=True, exist_ok=True)
     card = {
         "format": ENSEMBLE_FORMAT,
@@ -227,8 +223,8 @@ def main() -> None:
     args = parser.parse_args()
     members = [SHIPPED_MODELS[m] if m in SHIPPED_MODELS else Path(m) for m in args.members]
     if args.scores and args.scores.is_file():
-        rows = [Scored(**{**json.loads(line), "margins": tuple(json.loads(line)["margins"])})
-                for line in args.scores.open(encoding="utf-8")]
+        rows = [MemberScores(**{**row, "margins": tuple(row["margins"])})
+                for row in map(json.loads, args.scores.open(encoding="utf-8"))]
     else:
         rows = score(args.data, members)
         if args.scores:

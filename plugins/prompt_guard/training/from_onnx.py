@@ -5,7 +5,8 @@
 The float checkpoints of a training run live in its work folder, which is not shipped. To train
 further without repeating the whole run, this reads the shipped `model.onnx` (the quantised
 weights are named after the torch modules they came from: `MatMul` nodes carry the module path,
-the biases and layer norms keep their torch names), dequantises each weight matrix per output
+the biases and layer norms keep their torch names; a fused `QAttention` node, numbered by layer,
+packs that layer's query, key and value), dequantises each weight matrix per output
 channel, and writes `W/checkpoint.safetensors` that `neural.py train` resumes from (`W/state.json`
 is set to step 0, so the new run gets its own schedule). The embeddings and the layers that the
 shipped run kept frozen are taken from the base model exactly (quantising them lost a little);
