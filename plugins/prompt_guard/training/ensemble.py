@@ -41,7 +41,7 @@ from plugins.prompt_guard.neural import (
     sigmoid,
 )
 from plugins.prompt_guard.plugin import build_guard
-from plugins.prompt_guard.training.neural import Scored, binding_rows, validation_slice
+from plugins.prompt_guard.training.neural import Scored, binding_rows, fpr_cut, validation_slice
 from plugins.prompt_guard.training.window_budget import validation_rows
 
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
@@ -109,14 +109,9 @@ def combined(row: MemberScores, ensemble: Ensemble) -> float:
 def threshold(rows: Sequence[MemberScores], ensemble: Ensemble, max_fpr: float) -> float:
     """The lowest margin threshold at which the ensemble alone blocks at most `max_fpr` of the
     benign tool-output rows of every slice."""
-    bound = -math.inf
-    for name in sorted({r.slice for r in rows}):
-        benign = sorted((combined(r, ensemble) for r in rows if r.slice == name and r.tool and not r.injection),
-                        reverse=True)
-        allowed = int(max_fpr * len(benign))
-        if allowed < len(benign):
-            bound = max(bound, benign[allowed] + 1e-6)
-    return bound
+    cuts = [fpr_cut([combined(r, ensemble) for r in rows if r.slice == name and r.tool and not r.injection], max_fpr)
+            for name in sorted({r.slice for r in rows})]
+    return max((c for c in cuts if c is not None), default=-math.inf)
 
 
 def rates(rows: Sequence[MemberScores], blocked: Sequence[bool]) -> tuple[float, float, int, int]:

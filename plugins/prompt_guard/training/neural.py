@@ -466,6 +466,14 @@ class Scored(NamedTuple):
     source: str
 
 
+def fpr_cut(benign: list[float], max_fpr: float) -> float | None:
+    """The lowest score at which at most `max_fpr` of the `benign` scores are at or above it (just
+    above the highest one left out), or None when every one of them may be."""
+    ranked = sorted(benign, reverse=True)
+    allowed = int(max_fpr * len(ranked))
+    return ranked[allowed] + 1e-6 if allowed < len(ranked) else None
+
+
 def calibrate(work: Path, out: Path, max_fpr: float) -> None:
     """Choose the model's threshold on the validation rows (never on held-out data): the lowest
     probability at which the model alone, reading rows the way the runtime reads them
@@ -483,10 +491,9 @@ def calibrate(work: Path, out: Path, max_fpr: float) -> None:
     slices = sorted({r.slice for r in scored})
     thresholds = {}
     for name in slices:
-        benign = sorted((r.probability for r in scored if not r.injection and r.kind != "prompt" and r.slice == name),
-                        reverse=True)
-        allowed = int(max_fpr * len(benign))
-        thresholds[name] = min(0.9999, max(0.5, benign[allowed] + 1e-6 if allowed < len(benign) else 0.5))
+        benign = [r.probability for r in scored if not r.injection and r.kind != "prompt" and r.slice == name]
+        cut = fpr_cut(benign, max_fpr)
+        thresholds[name] = min(0.9999, max(0.5, 0.5 if cut is None else cut))
         print(f"slice {name}: {len(benign)} benign tool-output rows; threshold at FPR <= {max_fpr}: {thresholds[name]:.4f}")
     threshold = max(thresholds.values())
     print(binding_rows(scored, threshold))
