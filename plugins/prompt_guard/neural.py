@@ -47,8 +47,9 @@ DEFAULT_DIR = Path(__file__).parent / "model" / "neural"
 SHIPPED_MODELS = {"default": DEFAULT_DIR, "high_recall": Path(__file__).parent / "model" / "neural_high_recall"}
 """The neural models in the package, by the name `neural.model` picks: `default` (multilingual-e5-small,
 6 layers, rounds 2-9, the eighth candidate; since 2026-12-02) and `high_recall` (MiniLM, round 6: more
-recall and more false alarms on held-out data; docs/prompt_guard.md). An ensemble of them (`EnsembleDetector`) is a folder
-whose model.json `training/ensemble.py` writes, named by `neural.model_dir`."""
+recall and more false alarms on held-out data; docs/prompt_guard.md). An ensemble of them
+(`EnsembleDetector`) is a folder whose model.json `training/ensemble.py` writes, named by
+`neural.model_dir`."""
 FORMAT = "toolgate-guard-neural/1"
 DEFAULT_SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"}
 """The BERT tokens a model's windows start, end and are padded with, unless its `model.json`
@@ -104,7 +105,7 @@ class NeuralDetector:
     """`probability(text, suspects)` → the highest injection probability over the windows read."""
 
     def __init__(self, session: Any, tokenizer: Any, threshold: float, max_windows: int, source: str,
-                 special_tokens: dict[str, str] | None = None) -> None:
+                 special_tokens: dict[str, str] | None = None, onnx_sha256: str | None = None) -> None:
         import numpy
 
         self._np = numpy
@@ -113,6 +114,8 @@ class NeuralDetector:
         self.threshold = threshold
         self.max_windows = max_windows
         self.source = source
+        self.onnx_sha256 = onnx_sha256
+        """the sha256 of the model.onnx `load` checked (what an ensemble card names its members by)"""
         self.special_tokens = {**DEFAULT_SPECIAL_TOKENS, **(special_tokens or {})}
         ids = special_token_ids(tokenizer, self.special_tokens, source)
         self._cls, self._sep, self._pad = ids["cls"], ids["sep"], ids["pad"]
@@ -170,7 +173,7 @@ class NeuralDetector:
         if special is not None and not (isinstance(special, dict) and set(special) <= set(DEFAULT_SPECIAL_TOKENS)
                                         and all(isinstance(v, str) for v in special.values())):
             raise NeuralModelError(f"{card_path}: special_tokens must map cls/sep/pad to token strings")
-        return cls(session, tokenizer, float(chosen), max_windows, str(directory), special)
+        return cls(session, tokenizer, float(chosen), max_windows, str(directory), special, files["model.onnx"])
 
     def windows(self, text: str, limit: int, centre: bool = False) -> list[Window]:
         """Up to `limit` overlapping windows from the start of `text` (`centre`: from where they
@@ -303,8 +306,8 @@ class EnsembleDetector:
     def load(cls, directory: Path, card: dict[str, Any], max_windows: int = DEFAULT_MAX_WINDOWS,
              threshold: float | None = None) -> "EnsembleDetector":
         """Load the members an ensemble card names (folders relative to it), each checked as
-        `NeuralDetector.load` checks a model, and each against the model.onnx sha256 the card
-        was calibrated with."""
+        `NeuralDetector.load` checks a model (its files against its own card's sha256s), and each
+        card's model.onnx sha256 against the one the ensemble was calibrated with."""
         card_path = directory / "model.json"
         members = card.get("members")
         weights = card.get("weights")
@@ -320,11 +323,11 @@ class EnsembleDetector:
         loaded = []
         for member in members:
             folder = (directory / member["dir"]).resolve()
-            onnx_file = folder / "model.onnx"
-            if not onnx_file.is_file() or file_sha256(onnx_file) != member["model.onnx"]:
+            detector = NeuralDetector.load(folder, max_windows)
+            if detector.onnx_sha256 != member["model.onnx"]:
                 raise NeuralModelError(f"{folder / 'model.onnx'}: not the model {card_path} was calibrated with "
                                        "(sha256 differs, or the file is missing)")
-            loaded.append(NeuralDetector.load(folder, max_windows))
+            loaded.append(detector)
         chosen = threshold if threshold is not None else card.get("threshold")
         if not isinstance(chosen, (int, float)) or not 0.0 < chosen < 1.0:
             raise NeuralModelError(f"{card_path}: no threshold in (0, 1) recorded for the ensemble")
