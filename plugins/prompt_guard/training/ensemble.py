@@ -26,7 +26,7 @@ import argparse
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -73,7 +73,7 @@ class _Recording(EnsembleDetector):
 
     recorded: list[list[float]]
 
-    def margins(self, raw, suspects=tuple):  # type: ignore[no-untyped-def]
+    def margins(self, raw: str, suspects: Callable[[], Sequence[tuple[int, int]]] = tuple) -> list[float]:
         margins = super().margins(raw, suspects)
         self.recorded.append(margins)
         return margins
@@ -93,8 +93,7 @@ def score(files: Sequence[Path], members: Sequence[Path]) -> list[MemberScores]:
         recording.recorded = []
         verdict = guard.scan(row["text"])
         # a text over the scan cap is read as two pieces: the higher margin of each member stands
-        margins = tuple(max(m[i] for m in recording.recorded) for i in range(len(detectors))) \
-            if recording.recorded else tuple(-60.0 for _ in detectors)
+        margins = tuple(max(m[i] for m in recording.recorded) for i in range(len(detectors)))
         out.append(MemberScores(margins, verdict.score, row["label"] == "injection", row.get("kind") or "?",
                           validation_slice(row["text"], row.get("source")) or "hash", row.get("source") or "?"))
     return out

@@ -29,6 +29,16 @@ _ATTENTION = re.compile(r"^Attention_(\d+)_quant$")
 """A fused QAttention node, numbered by layer (the e5 export: Q, K and V in one [in, 3 x out] matrix)."""
 
 
+def _dequantised(arrays: dict[str, Any], quantised: str) -> Any:
+    """An int8 matrix [in, out] of the ONNX file back in float: (q - zero point) x scale, per output
+    channel (`X_quantized` beside `X_zero_point` and `X_scale`)."""
+    import numpy as np
+
+    stem = quantised[: -len("_quantized")]
+    q = arrays[quantised].astype(np.float32)
+    return (q - arrays[stem + "_zero_point"].astype(np.float32)) * arrays[stem + "_scale"]
+
+
 def dequantised_weights(model: Path) -> dict[str, Any]:
     """Torch-named float tensors of the ONNX file: every dequantised matrix, bias and norm."""
     import numpy as np
@@ -43,19 +53,14 @@ def dequantised_weights(model: Path) -> dict[str, Any]:
         found = _MODULE.match(node.name) if node.op_type == "MatMulInteger" else None
         if not found:
             continue
-        weight = next(i for i in node.input if i.endswith("_quantized") and i in arrays)
-        stem = weight[: -len("_quantized")]
-        q = arrays[weight].astype(np.float32)
-        matrix = (q - arrays[stem + "_zero_point"].astype(np.float32)) * arrays[stem + "_scale"]  # [in, out]
+        matrix = _dequantised(arrays, next(i for i in node.input if i.endswith("_quantized") and i in arrays))
         module = found.group(1).replace("/", ".")
         out[f"{module}.weight"] = np.ascontiguousarray(matrix.T)  # torch Linear: [out, in]
     for node in graph.node:  # fused self-attention (an export with the onnxruntime optimiser): Q, K, V packed
         fused = _ATTENTION.match(node.name) if node.op_type == "QAttention" else None
         if not fused:
             continue
-        stem = node.input[1][: -len("_quantized")]
-        q = arrays[node.input[1]].astype(np.float32)
-        packed = (q - arrays[stem + "_zero_point"].astype(np.float32)) * arrays[stem + "_scale"]  # [in, 3 x out]
+        packed = _dequantised(arrays, node.input[1])  # [in, 3 x out]
         bias = arrays[node.input[2]]
         width = packed.shape[1] // 3
         for k, name in enumerate(("query", "key", "value")):
