@@ -287,7 +287,21 @@ def _sampler_weights(y: Any, prompt: Any) -> Any:
     return weights
 
 
-def train(work: Path, steps: int, batch: int, lr: float, freeze: int, every: int, threads: int, boost: float) -> None:
+def soft_targets(y: Any, margins: Any, weight: float) -> Any:
+    """Distillation targets: each window's label mixed with a teacher's verdict, `(1 - weight) x
+    label + weight x sigmoid(margin)`, where `margin` is the teacher's logit over its own
+    threshold (`teach`); a window the teacher did not read (NaN) keeps its label."""
+    import numpy as np
+
+    y = np.asarray(y, dtype=np.float64)
+    margins = np.asarray(margins, dtype=np.float64)
+    read = ~np.isnan(margins)
+    verdict = 1.0 / (1.0 + np.exp(-np.clip(np.where(read, margins, 0.0), -60.0, 60.0)))
+    return np.where(read, (1.0 - weight) * y + weight * verdict, y)
+
+
+def train(work: Path, steps: int, batch: int, lr: float, freeze: int, every: int, threads: int, boost: float,
+          teacher_weight: float = 0.0) -> None:
     import numpy as np
     import torch
     from safetensors.torch import load_file, save_file
@@ -305,6 +319,9 @@ def train(work: Path, steps: int, batch: int, lr: float, freeze: int, every: int
     if (work / "hard.npy").is_file():  # written by `mine`: windows the previous model got wrong count more
         weights = weights * np.load(work / "hard.npy")[train_idx]
     weights = torch.as_tensor(weights)
+    targets = y.astype(np.float64)
+    if teacher_weight > 0:  # written by `teach`: another model's verdicts mixed into the labels
+        targets = soft_targets(y, np.load(work / "teacher.npy")[train_idx], teacher_weight)
     net = Detector.build(base_dir(work))
     ckpt, state_file = work / "checkpoint.safetensors", work / "state.json"
     start = 0
@@ -336,7 +353,7 @@ def train(work: Path, steps: int, batch: int, lr: float, freeze: int, every: int
         length = int((rows != pad).sum(1).max())
         input_ids = torch.as_tensor(rows[:, :length], dtype=torch.long)
         mask = (input_ids != pad).long()
-        target = torch.as_tensor(y[pick], dtype=torch.float32).unsqueeze(1)
+        target = torch.as_tensor(targets[pick], dtype=torch.float32).unsqueeze(1)
         logits = net(input_ids, mask)
         loss = loss_fn(logits, target)
         opt.zero_grad()
@@ -344,7 +361,7 @@ def train(work: Path, steps: int, batch: int, lr: float, freeze: int, every: int
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
         running += float(loss.detach())
-        correct += int(((logits > 0).float() == target).sum())
+        correct += int(((logits > 0).float() == torch.as_tensor(y[pick], dtype=torch.float32).unsqueeze(1)).sum())
         seen += batch
         if (step + 1) % 20 == 0:
             log.write(json.dumps({"step": step + 1, "loss": round(running / 20, 4), "acc": round(correct / seen, 4),
@@ -559,6 +576,46 @@ def mine(work: Path, model: Path, factor: float, batch: int = 64) -> None:
     print(f"{int(wrong.sum())} of {int((~data['val']).sum())} training windows on the wrong side of 0.5 -> {work / 'hard.npy'}")
 
 
+def teach(work: Path, model: Path, languages: frozenset[str] = frozenset({"en"}), chunk: int = 256) -> None:
+    """Distillation: score every prepared training window with another shipped model (`model`,
+    e.g. the MiniLM high-recall one) and write `W/teacher.npy`, its margin (logit over its own
+    threshold) per window, which `train --teacher-weight` mixes into the labels (`soft_targets`).
+    The teacher reads the window's text (decoded with this work folder's tokenizer, re-tokenized
+    with its own) as the runtime reads a short item: up to `max_windows` of its windows, the
+    highest. Windows in other `languages` (an English-only teacher reads Ukrainian as unknown
+    pieces) and validation windows are not read (NaN)."""
+    import numpy as np
+
+    from plugins.prompt_guard.neural import NeuralDetector
+
+    teacher = NeuralDetector.load(model)
+    data = np.load(work / "windows.npz")
+    meta = json.loads((work / "meta.json").read_text())["rows"]
+    tok = _tokenizer(work)
+    specials = set(special_ids(tok, base_name(work)).values())
+    margins = np.full(len(data["y"]), np.nan, dtype=np.float32)
+    chosen = [i for i in range(len(margins)) if not data["val"][i] and meta[i][2] in languages]
+    t0 = time.time()
+    for start in range(0, len(chosen), chunk):
+        rows = chosen[start:start + chunk]
+        texts = [tok.decode([int(t) for t in data["ids"][i] if int(t) not in specials]) for i in rows]
+        windows = [teacher.windows(text, teacher.max_windows) for text in texts]
+        flat = teacher.probabilities([w for ws in windows for w in ws if len(w.ids) > 2])
+        at = 0
+        for i, ws in zip(rows, windows):
+            n = sum(len(w.ids) > 2 for w in ws)
+            margins[i] = teacher.margin(max(flat[at:at + n], default=0.0))
+            at += n
+        if start // chunk % 20 == 0:
+            print(f"{start}/{len(chosen)} windows, {time.time() - t0:.0f} s", flush=True)
+    np.save(work / "teacher.npy", margins)
+    read = ~np.isnan(margins)
+    y = data["y"][read]
+    said = margins[read] >= 0
+    print(f"{int(read.sum())} training windows read by {model}: it disagrees with the label on "
+          f"{int((said & (y == 0)).sum())} benign and {int((~said & (y == 1)).sum())} injected -> {work / 'teacher.npy'}")
+
+
 def _compare(net: Any, path: Path, cls_id: int = 101, sep_id: int = 102, vocab_size: int = 30522) -> None:
     """Print how far the int8 ONNX logits are from the PyTorch model's on a few windows."""
     import numpy as np
@@ -594,6 +651,12 @@ def main() -> None:
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--boost", type=float, default=4.0,
                    help="rows of the second and later --data files are drawn this many times more often")
+    t.add_argument("--teacher-weight", type=float, default=0.0,
+                   help="mix this share of `teach`'s verdicts (W/teacher.npy) into the labels")
+    d = sub.add_parser("teach", help="score the training windows with another model for distillation (W/teacher.npy)")
+    d.add_argument("--work", type=Path, required=True)
+    d.add_argument("--model", type=Path, required=True, help="folder of the teacher model (model.json, model.onnx)")
+    d.add_argument("--languages", default="en", help="comma-separated languages the teacher reads")
     e = sub.add_parser("export")
     e.add_argument("--work", type=Path, required=True)
     e.add_argument("--out", type=Path, required=True)
@@ -611,7 +674,10 @@ def main() -> None:
     if args.cmd == "prepare":
         prepare(args.data, args.work, base=args.base)
     elif args.cmd == "train":
-        train(args.work, args.steps, args.batch, args.lr, args.freeze, args.every, args.threads, args.boost)
+        train(args.work, args.steps, args.batch, args.lr, args.freeze, args.every, args.threads, args.boost,
+              args.teacher_weight)
+    elif args.cmd == "teach":
+        teach(args.work, args.model, frozenset(args.languages.split(",")))
     elif args.cmd == "mine":
         mine(args.work, args.model, args.factor)
     elif args.cmd == "export":
