@@ -544,20 +544,27 @@ def binding_rows(scored: list[Scored], threshold: float) -> str:
     return f"benign tool-output rows at or above {threshold:.4f}: {sum(count.values())}" + (f" ({listed})" if listed else "")
 
 
+def _session(path: Path, threads: int = 2) -> Any:
+    """An onnxruntime session for a batch job over the training windows (both cores; the
+    runtime's detector uses one)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
 def mine(work: Path, model: Path, factor: float, batch: int = 64) -> None:
     """Hard-example mining: score every prepared window with a shipped model (int8 ONNX, as the
     runtime reads it) and write `W/hard.npy`, a sampling factor per window of 1 + `factor` x its
     loss (capped at 1): windows the model gets wrong, or right only narrowly, are drawn more often
     by the next `train`. Validation windows are scored too but never drawn."""
     import numpy as np
-    import onnxruntime
 
     data = np.load(work / "windows.npz")
     ids, y = data["ids"].astype(np.int64), data["y"].astype(np.float64)
     pad = _pad_id(data)
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 2
-    session = onnxruntime.InferenceSession(str(model / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    session = _session(model / "model.onnx")
     order = np.argsort((ids != pad).sum(1))  # similar lengths together: less padding
     logits = np.zeros(len(ids))
     t0 = time.time()
@@ -576,7 +583,8 @@ def mine(work: Path, model: Path, factor: float, batch: int = 64) -> None:
     print(f"{int(wrong.sum())} of {int((~data['val']).sum())} training windows on the wrong side of 0.5 -> {work / 'hard.npy'}")
 
 
-def teach(work: Path, model: Path, languages: frozenset[str] = frozenset({"en"}), chunk: int = 256) -> None:
+def teach(work: Path, model: Path, languages: frozenset[str] = frozenset({"en"}), chunk: int = 256,
+          batch: int = 32) -> None:
     """Distillation: score every prepared training window with another shipped model (`model`,
     e.g. the MiniLM high-recall one) and write `W/teacher.npy`, its margin (logit over its own
     threshold) per window, which `train --teacher-weight` mixes into the labels (`soft_targets`).
@@ -589,6 +597,7 @@ def teach(work: Path, model: Path, languages: frozenset[str] = frozenset({"en"})
     from plugins.prompt_guard.neural import NeuralDetector
 
     teacher = NeuralDetector.load(model)
+    teacher.session = _session(model / "model.onnx")  # the checked file, read on both cores
     data = np.load(work / "windows.npz")
     meta = json.loads((work / "meta.json").read_text())["rows"]
     tok = _tokenizer(work)
@@ -600,7 +609,8 @@ def teach(work: Path, model: Path, languages: frozenset[str] = frozenset({"en"})
         rows = chosen[start:start + chunk]
         texts = [tok.decode([int(t) for t in data["ids"][i] if int(t) not in specials]) for i in rows]
         windows = [teacher.windows(text, teacher.max_windows) for text in texts]
-        flat = teacher.probabilities([w for ws in windows for w in ws if len(w.ids) > 2])
+        read = [w for ws in windows for w in ws if len(w.ids) > 2]
+        flat = [p for at in range(0, len(read), batch) for p in teacher.probabilities(read[at:at + batch])]
         at = 0
         for i, ws in zip(rows, windows):
             n = sum(len(w.ids) > 2 for w in ws)
