@@ -599,15 +599,16 @@ def teach(work: Path, model: Path, languages: frozenset[str] = frozenset({"en"})
     teacher = NeuralDetector.load(model)
     teacher.session = _session(model / "model.onnx")  # the checked file, read on both cores
     data = np.load(work / "windows.npz")
+    ids, labels, val = data["ids"], data["y"], data["val"]  # each read of an npz key unpacks the array again
     meta = json.loads((work / "meta.json").read_text())["rows"]
     tok = _tokenizer(work)
     specials = set(special_ids(tok, base_name(work)).values())
-    margins = np.full(len(data["y"]), np.nan, dtype=np.float32)
-    chosen = [i for i in range(len(margins)) if not data["val"][i] and meta[i][2] in languages]
+    margins = np.full(len(labels), np.nan, dtype=np.float32)
+    chosen = [i for i in range(len(margins)) if not val[i] and meta[i][2] in languages]
     t0 = time.time()
     for start in range(0, len(chosen), chunk):
         rows = chosen[start:start + chunk]
-        texts = [tok.decode([int(t) for t in data["ids"][i] if int(t) not in specials]) for i in rows]
+        texts = [tok.decode([int(t) for t in ids[i] if int(t) not in specials]) for i in rows]
         windows = [teacher.windows(text, teacher.max_windows) for text in texts]
         read = [w for ws in windows for w in ws if len(w.ids) > 2]
         flat = [p for at in range(0, len(read), batch) for p in teacher.probabilities(read[at:at + batch])]
@@ -620,7 +621,7 @@ def teach(work: Path, model: Path, languages: frozenset[str] = frozenset({"en"})
             print(f"{start}/{len(chosen)} windows, {time.time() - t0:.0f} s", flush=True)
     np.save(work / "teacher.npy", margins)
     read = ~np.isnan(margins)
-    y = data["y"][read]
+    y = labels[read]
     said = margins[read] >= 0
     print(f"{int(read.sum())} training windows read by {model}: it disagrees with the label on "
           f"{int((said & (y == 0)).sum())} benign and {int((~said & (y == 1)).sum())} injected -> {work / 'teacher.npy'}")
