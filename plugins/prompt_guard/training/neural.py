@@ -10,7 +10,10 @@ CPU build, transformers, the base-model package):
 
 A further round trains from the shipped model rather than from scratch: `from_onnx.py` rebuilds
 `W/checkpoint.safetensors` from it, and `mine --model plugins/prompt_guard/model/neural` writes
-`W/hard.npy`, which makes `train` draw the windows that model gets wrong more often.
+`W/hard.npy`, which makes `train` draw the windows that model gets wrong more often; `teach
+--model plugins/prompt_guard/model/neural_high_recall` writes `W/teacher.npy`, another model's
+verdict on each training window, which `train --teacher-weight` mixes into the labels
+(distillation).
 
 `prepare` turns labelled rows into token windows of the size the runtime reads
 (`neural.WINDOW_TOKENS`): the window of an injected document holds its injected span (rows
