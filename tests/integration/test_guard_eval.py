@@ -58,8 +58,8 @@ def test_the_shipped_guard_does_not_regress_on_held_out_tool_output() -> None:
     # The floors sit a point or so below the lowest figure measured: int8 activations are quantised
     # per batch, and onnxruntime's int8 kernels differ by CPU, so rows near the threshold flip from
     # machine to machine. The eighth's 0.749 was measured on AVX-512 VNNI machines; on an AVX2-only
-    # machine (2026-12-03, no VNNI: the u8 x s8 kernel adds pairs of products in saturating 16-bit
-    # sums) the same model gives 0.7325 here. A real regression moves more.
+    # machine (2026-12-03, no VNNI, where onnxruntime takes another int8 kernel; that this kernel is
+    # the cause was not isolated) the same model gives 0.7325. A real regression moves more.
     guard = build_guard(PromptGuardConfig(type="prompt_guard"))
     assert guard.neural is not None
     tally = Tally()
