@@ -31,6 +31,7 @@ from typing import Any
 
 from plugins.prompt_guard.classifier import ModelError
 from plugins.prompt_guard.normalize import _CONFUSABLE_TABLE, visible_nfkc
+from plugins.prompt_guard.onnx_backend import session_options
 
 WINDOW_TOKENS = 128
 """Tokens per window, [CLS] and [SEP] included (what the model was trained on)."""
@@ -157,9 +158,7 @@ class NeuralDetector:
             raise NeuralModelError(f"{directory / 'tokenizer.json'}: not a Hugging Face tokenizer.json: {exc}") from None
         tokenizer.no_truncation()
         tokenizer.no_padding()
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3
-        options.intra_op_num_threads = 1
+        options = session_options(onnxruntime, threads=1)
         options.inter_op_num_threads = 1
         try:
             session = onnxruntime.InferenceSession(str(directory / "model.onnx"), options,

@@ -55,11 +55,10 @@ def test_the_shipped_guard_does_not_regress_on_held_out_tool_output() -> None:
     # 0.005 on this subset at the default budget of 2 windows; the third run before it: 0.735 /
     # 0.0125; the round-4 MiniLM model: 0.675 / 0.020; the previous scorer: 0.735 / 0.148), not the
     # targets of 0.90 and 0.01, which the shipped model does not reach yet (see docs/prompt_guard.md).
-    # The floors sit a point or so below the lowest figure measured: int8 activations are quantised
-    # per batch, and onnxruntime's int8 kernels differ by CPU, so rows near the threshold flip from
-    # machine to machine. The eighth's 0.749 was measured on AVX-512 VNNI machines; on an AVX2-only
-    # machine (2026-12-03, no VNNI, where onnxruntime takes another int8 kernel; that this kernel is
-    # the cause was not isolated) the same model gives 0.7325. A real regression moves more.
+    # The floors sit a point or so below today's figures: int8 activations are quantised per batch
+    # in float kernels that differ by CPU, so a few rows near the threshold may flip on another
+    # machine; a real regression moves more. (On an AVX2-only CPU the session option of
+    # onnx_backend.session_options is what keeps 0.749: without it, 0.7325 there, 2026-12-03.)
     guard = build_guard(PromptGuardConfig(type="prompt_guard"))
     assert guard.neural is not None
     tally = Tally()
@@ -67,7 +66,7 @@ def test_the_shipped_guard_does_not_regress_on_held_out_tool_output() -> None:
         if row.kind != "prompt":
             tally.add(row.label, guard.scan(row.text).blocked)
     metrics = tally.metrics()
-    assert metrics["recall"] >= 0.72
+    assert metrics["recall"] >= 0.735
     assert metrics["fpr"] <= 0.015
 
 

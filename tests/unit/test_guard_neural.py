@@ -294,6 +294,35 @@ def test_splitting_fused_layer_norms_keeps_the_outputs_and_the_shipped_model_is_
     assert not any(n.op_type == "SkipLayerNormalization" for n in shipped.graph.node)
 
 
+
+def test_int8_sessions_compute_the_exact_integer_product_on_any_cpu(tmp_path: Path) -> None:
+    # R: P6 — the same verdicts on every CPU: on x86 without VNNI onnxruntime's kernel for signed
+    # int8 weights sums pairs of products in saturating 16-bit lanes (a large-valued product comes
+    # out wrong); the session options every prompt_guard model loads with make it exact there
+    import numpy
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper, numpy_helper
+
+    from plugins.prompt_guard.onnx_backend import session_options
+
+    rng = numpy.random.default_rng(7)
+    weights = rng.choice(numpy.array([-127, -90, 90, 127], dtype=numpy.int8), size=(64, 32))
+    activations = rng.integers(200, 256, size=(16, 64), dtype=numpy.uint8)  # large: where pair sums overflow 16 bits
+    node = helper.make_node("MatMulInteger", ["a", "w", "", "w_zero"], ["y"], name="mm")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", TensorProto.UINT8, [16, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [16, 32])],
+                              [numpy_helper.from_array(weights, "w"),
+                               numpy_helper.from_array(numpy.zeros(32, dtype=numpy.int8), "w_zero")])
+    path = tmp_path / "mm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    session = onnxruntime.InferenceSession(str(path), session_options(onnxruntime), providers=["CPUExecutionProvider"])
+    got = session.run(["y"], {"a": activations})[0]
+    assert numpy.array_equal(got, activations.astype(numpy.int64) @ weights.astype(numpy.int64))
+
+    shipped = NeuralDetector.load(DEFAULT_DIR)  # the runtime's own session carries the option
+    assert shipped.session.get_session_options().get_session_config_entry("session.x64quantprecision") == "1"
+
 async def test_a_broken_configured_model_stops_the_plugin_start(tmp_path: Path) -> None:
     # R: P6, G8
     folder = copy_model(tmp_path)

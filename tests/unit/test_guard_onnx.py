@@ -159,6 +159,8 @@ def test_a_long_text_is_scored_by_its_best_token_window(parts: Path) -> None:
     assert not one_window.scan(text).blocked  # averaged over 330 tokens it fades
     assert windowed.onnx is not None and one_window.onnx is not None
     assert windowed.onnx.score(text) > one_window.onnx.score(text) + 0.5
+    # an operator's model loads with the exact-int8 session options too (onnx_backend.session_options)
+    assert windowed.onnx.session.get_session_options().get_session_config_entry("session.x64quantprecision") == "1"
 
 
 def test_the_model_reads_text_without_invisible_characters_and_one_logit_models_work(parts: Path) -> None:

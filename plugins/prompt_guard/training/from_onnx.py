@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from plugins.prompt_guard.onnx_backend import session_options
 from plugins.prompt_guard.training.neural import Detector, base_dir
 
 _MODULE = re.compile(r"^/(encoder/encoder/layer\.\d+/.+|head)/(?:MatMul|Gemm_MatMul)_quant$")
@@ -106,7 +107,8 @@ def check(model: Path, work: Path, texts: list[str]) -> None:
     net.load_state_dict(load_file(str(work / "checkpoint.safetensors")))
     net.eval()
     tok = Tokenizer.from_file(str(model / "tokenizer.json"))
-    session = onnxruntime.InferenceSession(str(model / "model.onnx"), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(str(model / "model.onnx"), session_options(onnxruntime),
+                                           providers=["CPUExecutionProvider"])
     for text in texts:
         ids = np.asarray([tok.encode(text).ids], dtype=np.int64)
         mask = np.ones_like(ids)

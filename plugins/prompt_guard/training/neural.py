@@ -552,9 +552,9 @@ def _session(path: Path, threads: int = 2) -> Any:
     runtime's detector uses one)."""
     import onnxruntime
 
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    from plugins.prompt_guard.onnx_backend import session_options
+
+    return onnxruntime.InferenceSession(str(path), session_options(onnxruntime, threads), providers=["CPUExecutionProvider"])
 
 
 def mine(work: Path, model: Path, factor: float, batch: int = 64) -> None:
@@ -633,14 +633,13 @@ def teach(work: Path, model: Path, languages: frozenset[str] = frozenset({"en"})
 def _compare(net: Any, path: Path, cls_id: int = 101, sep_id: int = 102, vocab_size: int = 30522) -> None:
     """Print how far the int8 ONNX logits are from the PyTorch model's on a few windows."""
     import numpy as np
-    import onnxruntime
     import torch
 
     rng = np.random.default_rng(0)
     ids = rng.integers(min(1000, vocab_size // 4), min(20000, vocab_size), size=(4, 64)).astype(np.int64)
     ids[:, 0], ids[:, -1] = cls_id, sep_id
     mask = np.ones_like(ids)
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = _session(path)
     got = session.run(["logits"], {"input_ids": ids, "attention_mask": mask})[0]
     with torch.no_grad():
         want = net(torch.as_tensor(ids), torch.as_tensor(mask)).numpy()
