@@ -294,7 +294,6 @@ def test_splitting_fused_layer_norms_keeps_the_outputs_and_the_shipped_model_is_
     assert not any(n.op_type == "SkipLayerNormalization" for n in shipped.graph.node)
 
 
-
 def test_int8_sessions_compute_the_exact_integer_product_on_any_cpu(tmp_path: Path) -> None:
     # R: P6 — the same verdicts on every CPU: on x86 without VNNI onnxruntime's kernel for signed
     # int8 weights sums pairs of products in saturating 16-bit lanes (a large-valued product comes
