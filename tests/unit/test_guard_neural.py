@@ -322,6 +322,7 @@ def test_int8_sessions_compute_the_exact_integer_product_on_any_cpu(tmp_path: Pa
     shipped = NeuralDetector.load(DEFAULT_DIR)  # the runtime's own session carries the option
     assert shipped.session.get_session_options().get_session_config_entry("session.x64quantprecision") == "1"
 
+
 async def test_a_broken_configured_model_stops_the_plugin_start(tmp_path: Path) -> None:
     # R: P6, G8
     folder = copy_model(tmp_path)

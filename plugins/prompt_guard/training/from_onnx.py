@@ -22,8 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from plugins.prompt_guard.onnx_backend import session_options
-from plugins.prompt_guard.training.neural import Detector, base_dir
+from plugins.prompt_guard.training.neural import Detector, base_dir, batch_session
 
 _MODULE = re.compile(r"^/(encoder/encoder/layer\.\d+/.+|head)/(?:MatMul|Gemm_MatMul)_quant$")
 _ATTENTION = re.compile(r"^Attention_(\d+)_quant$")
@@ -98,7 +97,6 @@ def rebuild(model: Path, work: Path, frozen_layers: int) -> None:
 
 def check(model: Path, work: Path, texts: list[str]) -> None:
     import numpy as np
-    import onnxruntime
     import torch
     from safetensors.torch import load_file
     from tokenizers import Tokenizer
@@ -107,8 +105,7 @@ def check(model: Path, work: Path, texts: list[str]) -> None:
     net.load_state_dict(load_file(str(work / "checkpoint.safetensors")))
     net.eval()
     tok = Tokenizer.from_file(str(model / "tokenizer.json"))
-    session = onnxruntime.InferenceSession(str(model / "model.onnx"), session_options(onnxruntime),
-                                           providers=["CPUExecutionProvider"])
+    session = batch_session(model / "model.onnx")
     for text in texts:
         ids = np.asarray([tok.encode(text).ids], dtype=np.int64)
         mask = np.ones_like(ids)

@@ -547,7 +547,7 @@ def binding_rows(scored: list[Scored], threshold: float) -> str:
     return f"benign tool-output rows at or above {threshold:.4f}: {sum(count.values())}" + (f" ({listed})" if listed else "")
 
 
-def _session(path: Path, threads: int = 2) -> Any:
+def batch_session(path: Path, threads: int = 2) -> Any:
     """An onnxruntime session for a batch job over the training windows (both cores; the
     runtime's detector uses one)."""
     import onnxruntime
@@ -567,7 +567,7 @@ def mine(work: Path, model: Path, factor: float, batch: int = 64) -> None:
     data = np.load(work / "windows.npz")
     ids, y = data["ids"].astype(np.int64), data["y"].astype(np.float64)
     pad = _pad_id(data)
-    session = _session(model / "model.onnx")
+    session = batch_session(model / "model.onnx")
     order = np.argsort((ids != pad).sum(1))  # similar lengths together: less padding
     logits = np.zeros(len(ids))
     t0 = time.time()
@@ -600,7 +600,7 @@ def teach(work: Path, model: Path, languages: frozenset[str] = frozenset({"en"})
     from plugins.prompt_guard.neural import NeuralDetector
 
     teacher = NeuralDetector.load(model)
-    teacher.session = _session(model / "model.onnx")  # the checked file, read on both cores
+    teacher.session = batch_session(model / "model.onnx")  # the checked file, read on both cores
     data = np.load(work / "windows.npz")
     ids, labels, val = data["ids"], data["y"], data["val"]  # each read of an npz key unpacks the array again
     meta = json.loads((work / "meta.json").read_text())["rows"]
@@ -639,7 +639,7 @@ def _compare(net: Any, path: Path, cls_id: int = 101, sep_id: int = 102, vocab_s
     ids = rng.integers(min(1000, vocab_size // 4), min(20000, vocab_size), size=(4, 64)).astype(np.int64)
     ids[:, 0], ids[:, -1] = cls_id, sep_id
     mask = np.ones_like(ids)
-    session = _session(path)
+    session = batch_session(path)
     got = session.run(["logits"], {"input_ids": ids, "attention_mask": mask})[0]
     with torch.no_grad():
         want = net(torch.as_tensor(ids), torch.as_tensor(mask)).numpy()
