@@ -62,3 +62,33 @@ def test_teach_scores_english_training_windows_with_the_teacher_and_leaves_the_r
     assert math.isnan(margins[2])  # Ukrainian: the English teacher does not read it
     assert math.isnan(margins[3])  # a validation row (a source kept out whole)
     assert "2 training windows read" in capsys.readouterr().out
+
+
+def test_teach_leaves_the_windows_of_skipped_kinds_unread(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # R: P6 — `teach --skip-kinds code,file,doc,web` keeps the teacher off documentation and code
+    import numpy
+
+    from plugins.prompt_guard.training.neural import prepare, teach
+
+    work = tmp_path / "work"
+    base = work / "base"
+    base.mkdir(parents=True)
+    shutil.copy(DEFAULT_DIR / "tokenizer.json", base / "tokenizer.json")
+    (base / "model.safetensors").write_bytes(b"")
+    (base / "conversion.json").write_text("{}")
+    rows = [
+        {"text": PROSE, "label": "benign", "source": "synthetic-email-train", "kind": "email", "lang": "en"},
+        {"text": PROSE + " See the manual.", "label": "benign", "source": "man-pages", "kind": "file", "lang": "en"},
+        {"text": "def report():\n    return 1\n", "label": "benign", "source": "site-packages-code", "kind": "code",
+         "lang": "en"},
+    ]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    prepare([data], work, base="e5-small")
+    teach(work, SHIPPED_MODELS["high_recall"], skip_kinds=frozenset({"code", "file"}))
+
+    margins = numpy.load(work / "teacher.npy")
+    teacher = NeuralDetector.load(SHIPPED_MODELS["high_recall"])
+    assert margins[0] == pytest.approx(teacher.margin(teacher.probability(PROSE)), abs=1e-3)
+    assert math.isnan(margins[1]) and math.isnan(margins[2])
+    assert "1 training windows read" in capsys.readouterr().out

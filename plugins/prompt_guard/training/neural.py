@@ -586,15 +586,16 @@ def mine(work: Path, model: Path, factor: float, batch: int = 64) -> None:
     print(f"{int(wrong.sum())} of {int((~data['val']).sum())} training windows on the wrong side of 0.5 -> {work / 'hard.npy'}")
 
 
-def teach(work: Path, model: Path, languages: frozenset[str] = frozenset({"en"}), chunk: int = 256,
-          batch: int = 32) -> None:
+def teach(work: Path, model: Path, languages: frozenset[str] = frozenset({"en"}),
+          skip_kinds: frozenset[str] = frozenset(), chunk: int = 256, batch: int = 32) -> None:
     """Distillation: score every prepared training window with another shipped model (`model`,
     e.g. the MiniLM high-recall one) and write `W/teacher.npy`, its margin (logit over its own
     threshold) per window, which `train --teacher-weight` mixes into the labels (`soft_targets`).
     The teacher reads the window's text (decoded with this work folder's tokenizer, re-tokenized
     with its own) as the runtime reads a short item: up to `max_windows` of its windows, the
     highest. Windows in other `languages` (an English-only teacher reads Ukrainian as unknown
-    pieces) and validation windows are not read (NaN)."""
+    pieces), windows of rows whose `kind` is in `skip_kinds` (e.g. documentation and code, where
+    a teacher is known to be wrong) and validation windows are not read (NaN)."""
     import numpy as np
 
     from plugins.prompt_guard.neural import NeuralDetector
@@ -607,7 +608,8 @@ def teach(work: Path, model: Path, languages: frozenset[str] = frozenset({"en"})
     tok = _tokenizer(work)
     specials = set(special_ids(tok, base_name(work)).values())
     margins = np.full(len(labels), np.nan, dtype=np.float32)
-    chosen = [i for i in range(len(margins)) if not val[i] and meta[i][2] in languages]
+    chosen = [i for i in range(len(margins))
+              if not val[i] and meta[i][2] in languages and meta[i][1] not in skip_kinds]
     t0 = time.time()
     for start in range(0, len(chosen), chunk):
         rows = chosen[start:start + chunk]
@@ -670,6 +672,8 @@ def main() -> None:
     d.add_argument("--work", type=Path, required=True)
     d.add_argument("--model", type=Path, required=True, help="folder of the teacher model (model.json, model.onnx)")
     d.add_argument("--languages", default="en", help="comma-separated languages the teacher reads")
+    d.add_argument("--skip-kinds", default="",
+                   help="comma-separated row kinds the teacher does not read (e.g. code,file,doc,web)")
     e = sub.add_parser("export")
     e.add_argument("--work", type=Path, required=True)
     e.add_argument("--out", type=Path, required=True)
@@ -690,7 +694,8 @@ def main() -> None:
         train(args.work, args.steps, args.batch, args.lr, args.freeze, args.every, args.threads, args.boost,
               args.teacher_weight)
     elif args.cmd == "teach":
-        teach(args.work, args.model, frozenset(args.languages.split(",")))
+        teach(args.work, args.model, frozenset(args.languages.split(",")),
+              frozenset(filter(None, args.skip_kinds.split(","))))
     elif args.cmd == "mine":
         mine(args.work, args.model, args.factor)
     elif args.cmd == "export":
