@@ -53,12 +53,14 @@ def test_the_shipped_guard_does_not_regress_on_held_out_tool_output() -> None:
     # or tuned on), with the shipped neural detector on. It pins the figures of the default model
     # shipped on 2026-12-03 (multilingual e5, the eleventh candidate: recall 0.740, FPR 0.005 on
     # this subset at the default budget of 2 windows; the eighth before it: 0.749 / 0.005; the
-    # third run: 0.735 / 0.0125; the round-4 MiniLM model: 0.675 / 0.020; the previous scorer: 0.735 / 0.148), not the
-    # targets of 0.90 and 0.01, which the shipped model does not reach yet (see docs/prompt_guard.md).
+    # third run: 0.735 / 0.0125; the round-4 MiniLM model: 0.675 / 0.020; the previous scorer:
+    # 0.735 / 0.148), not the targets of 0.90 and 0.01, which the shipped model does not reach yet
+    # (see docs/prompt_guard.md).
     # The floors sit a point or so below today's figures: int8 activations are quantised per batch
     # in float kernels that differ by CPU, so a few rows near the threshold may flip on another
     # machine; a real regression moves more. (On an AVX2-only CPU the session option of
-    # onnx_backend.session_options is what kept the eighth's 0.749: without it, 0.7325 there, 2026-12-03.)
+    # onnx_backend.session_options is what kept the eighth's 0.749: without it, 0.7325 there,
+    # 2026-12-03.)
     guard = build_guard(PromptGuardConfig(type="prompt_guard"))
     assert guard.neural is not None
     tally = Tally()
@@ -94,8 +96,9 @@ def test_the_high_recall_model_keeps_its_recall_on_held_out_tool_output_and_agen
 def test_benign_technical_text_about_llms_and_mcp_is_rarely_blocked() -> None:
     # R: P6, P7 — held-out documentation and code of the MCP SDK, pydantic-ai and fastmcp (never
     # trained on): 10 of 390 benign slices blocked by the default shipped on 2026-12-03, the
-    # eleventh candidate (2.6 %, recall 72.2 %; the eighth before it: 9 of 390, 67.6 %; the third run: 10 of 390, recall 60.2 %; the round-4
-    # model: 6 of 390, recall 43.5 %; the previous scorer: 3.9 %). The floors sit a point or so
+    # eleventh candidate (2.6 %, recall 72.2 %; the eighth before it: 9 of 390, 67.6 %; the third
+    # run: 10 of 390, recall 60.2 %; the round-4 model: 6 of 390, recall 43.5 %; the previous
+    # scorer: 3.9 %). The floors sit a point or so
     # away, for the reason given in the first gate.
     guard = build_guard(PromptGuardConfig(type="prompt_guard"))
     tally = Tally()

@@ -20,6 +20,17 @@ PROSE = "The quarterly report covers revenue by region, the hiring plan and the 
 UKRAINIAN = "Квартальний звіт охоплює виручку за регіонами, план найму та переїзд офісу."
 
 
+def e5_work_folder(tmp_path: Path) -> Path:
+    """A work folder whose e5 base holds the shipped tokenizer, the only file `prepare` and `teach` read."""
+    work = tmp_path / "work"
+    base = work / "base"
+    base.mkdir(parents=True)
+    shutil.copy(DEFAULT_DIR / "tokenizer.json", base / "tokenizer.json")
+    (base / "model.safetensors").write_bytes(b"")
+    (base / "conversion.json").write_text("{}")
+    return work
+
+
 def test_soft_targets_mix_the_teachers_verdict_into_the_label_only_where_it_read() -> None:
     # R: P6
     from plugins.prompt_guard.training.neural import soft_targets
@@ -36,12 +47,7 @@ def test_teach_scores_english_training_windows_with_the_teacher_and_leaves_the_r
 
     from plugins.prompt_guard.training.neural import prepare, teach
 
-    work = tmp_path / "work"
-    base = work / "base"
-    base.mkdir(parents=True)
-    shutil.copy(DEFAULT_DIR / "tokenizer.json", base / "tokenizer.json")  # prepare and teach read only this
-    (base / "model.safetensors").write_bytes(b"")
-    (base / "conversion.json").write_text("{}")
+    work = e5_work_folder(tmp_path)
     rows = [
         {"text": f"{PROSE} {INJECTION}", "label": "injection", "span": [len(PROSE) + 1, len(PROSE) + 1 + len(INJECTION)],
          "source": "man-pages", "kind": "file", "lang": "en"},
@@ -70,12 +76,7 @@ def test_teach_leaves_the_windows_of_skipped_kinds_unread(tmp_path: Path, capsys
 
     from plugins.prompt_guard.training.neural import prepare, teach
 
-    work = tmp_path / "work"
-    base = work / "base"
-    base.mkdir(parents=True)
-    shutil.copy(DEFAULT_DIR / "tokenizer.json", base / "tokenizer.json")
-    (base / "model.safetensors").write_bytes(b"")
-    (base / "conversion.json").write_text("{}")
+    work = e5_work_folder(tmp_path)
     rows = [
         {"text": PROSE, "label": "benign", "source": "synthetic-email-train", "kind": "email", "lang": "en"},
         {"text": PROSE + " See the manual.", "label": "benign", "source": "man-pages", "kind": "file", "lang": "en"},

@@ -648,6 +648,11 @@ def _compare(net: Any, path: Path, cls_id: int = 101, sep_id: int = 102, vocab_s
     print(f"int8 vs fp32 logits: max difference {float(np.abs(got - want).max()):.3f}")
 
 
+def _names(arg: str) -> frozenset[str]:
+    """The names of a comma-separated option (`--languages en,fr`; "" names none)."""
+    return frozenset(name for name in arg.split(",") if name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -694,8 +699,7 @@ def main() -> None:
         train(args.work, args.steps, args.batch, args.lr, args.freeze, args.every, args.threads, args.boost,
               args.teacher_weight)
     elif args.cmd == "teach":
-        teach(args.work, args.model, frozenset(args.languages.split(",")),
-              frozenset(filter(None, args.skip_kinds.split(","))))
+        teach(args.work, args.model, _names(args.languages), _names(args.skip_kinds))
     elif args.cmd == "mine":
         mine(args.work, args.model, args.factor)
     elif args.cmd == "export":
