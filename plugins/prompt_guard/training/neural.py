@@ -557,27 +557,26 @@ def batch_session(path: Path, threads: int = 2) -> Any:
     return onnxruntime.InferenceSession(str(path), session_options(onnxruntime, threads), providers=["CPUExecutionProvider"])
 
 
-def mine(work: Path, model: Path, factor: float, batch: int = 64) -> None:
+def mine(work: Path, model: Path, factor: float) -> None:
     """Hard-example mining: score every prepared window with a shipped model (int8 ONNX, as the
     runtime reads it) and write `W/hard.npy`, a sampling factor per window of 1 + `factor` x its
     loss (capped at 1): windows the model gets wrong, or right only narrowly, are drawn more often
-    by the next `train`. Validation windows are scored too but never drawn."""
+    by the next `train`. Validation windows are scored too but never drawn. Each window is run
+    alone, as the runtime runs an item of one window: int8 activations are quantised with one
+    scale per batch, so a window batched with others would get another verdict."""
     import numpy as np
 
     data = np.load(work / "windows.npz")
     ids, y = data["ids"].astype(np.int64), data["y"].astype(np.float64)
     pad = _pad_id(data)
     session = batch_session(model / "model.onnx")
-    order = np.argsort((ids != pad).sum(1))  # similar lengths together: less padding
     logits = np.zeros(len(ids))
     t0 = time.time()
-    for start in range(0, len(ids), batch):
-        pick = order[start:start + batch]
-        rows = ids[pick]
-        rows = rows[:, : int((rows != pad).sum(1).max())]
-        logits[pick] = session.run(["logits"], {"input_ids": rows, "attention_mask": (rows != pad).astype(np.int64)})[0][:, 0]
-        if start // batch % 100 == 0:
-            print(f"{start}/{len(ids)} windows, {time.time() - t0:.0f} s", flush=True)
+    for i, row in enumerate(ids):
+        one = row[None, : int((row != pad).sum())]
+        logits[i] = session.run(["logits"], {"input_ids": one, "attention_mask": np.ones_like(one)})[0][0, 0]
+        if i % 5000 == 0:
+            print(f"{i}/{len(ids)} windows, {time.time() - t0:.0f} s", flush=True)
     p = 1.0 / (1.0 + np.exp(-logits))
     loss = -(y * np.log(np.clip(p, 1e-7, 1)) + (1 - y) * np.log(np.clip(1 - p, 1e-7, 1)))
     np.save(work / "hard.npy", 1.0 + factor * np.minimum(1.0, loss))
@@ -587,15 +586,17 @@ def mine(work: Path, model: Path, factor: float, batch: int = 64) -> None:
 
 
 def teach(work: Path, model: Path, languages: frozenset[str] = frozenset({"en"}),
-          skip_kinds: frozenset[str] = frozenset(), chunk: int = 256, batch: int = 32) -> None:
+          skip_kinds: frozenset[str] = frozenset()) -> None:
     """Distillation: score every prepared training window with another shipped model (`model`,
     e.g. the MiniLM high-recall one) and write `W/teacher.npy`, its margin (logit over its own
     threshold) per window, which `train --teacher-weight` mixes into the labels (`soft_targets`).
     The teacher reads the window's text (decoded with this work folder's tokenizer, re-tokenized
-    with its own) as the runtime reads a short item: up to `max_windows` of its windows, the
-    highest. Windows in other `languages` (an English-only teacher reads Ukrainian as unknown
-    pieces), windows of rows whose `kind` is in `skip_kinds` (e.g. documentation and code, where
-    a teacher is known to be wrong) and validation windows are not read (NaN)."""
+    with its own) exactly as the runtime reads a short item (`NeuralDetector.probability`: up to
+    `max_windows` of its windows in one batch, the highest), one row at a time: int8 activations
+    are quantised with one scale per batch, so windows of different rows batched together would
+    get other verdicts. Windows in other `languages` (an English-only teacher reads Ukrainian as
+    unknown pieces), windows of rows whose `kind` is in `skip_kinds` (e.g. documentation and code,
+    where a teacher is known to be wrong) and validation windows are not read (NaN)."""
     import numpy as np
 
     from plugins.prompt_guard.neural import NeuralDetector
@@ -611,19 +612,11 @@ def teach(work: Path, model: Path, languages: frozenset[str] = frozenset({"en"})
     chosen = [i for i in range(len(margins))
               if not val[i] and meta[i][2] in languages and meta[i][1] not in skip_kinds]
     t0 = time.time()
-    for start in range(0, len(chosen), chunk):
-        rows = chosen[start:start + chunk]
-        texts = [tok.decode([int(t) for t in ids[i] if int(t) not in specials]) for i in rows]
-        windows = [teacher.windows(text, teacher.max_windows) for text in texts]
-        read = [w for ws in windows for w in ws if len(w.ids) > 2]
-        flat = [p for at in range(0, len(read), batch) for p in teacher.probabilities(read[at:at + batch])]
-        at = 0
-        for i, ws in zip(rows, windows):
-            n = sum(len(w.ids) > 2 for w in ws)
-            margins[i] = teacher.margin(max(flat[at:at + n], default=0.0))
-            at += n
-        if start // chunk % 20 == 0:
-            print(f"{start}/{len(chosen)} windows, {time.time() - t0:.0f} s", flush=True)
+    for done, i in enumerate(chosen):
+        text = tok.decode([int(t) for t in ids[i] if int(t) not in specials])
+        margins[i] = teacher.margin(teacher.probability(text))
+        if done % 5000 == 0:
+            print(f"{done}/{len(chosen)} windows, {time.time() - t0:.0f} s", flush=True)
     np.save(work / "teacher.npy", margins)
     read = ~np.isnan(margins)
     y = labels[read]
