@@ -186,9 +186,16 @@ def test_a_lost_replica_costs_only_its_conversations_sessions_and_its_in_flight_
     assert hit and spared
     # conversations on the other replicas saw nothing: no error, one MCP session, one replica
     assert [(c.errors, len(c.sessions), c.breaks, len(c.backends)) for c in spared] == [([], 1, 0, 1)] * len(spared)
+    # every request that failed had reached the lost replica (HAProxy had connected to it), so HAProxy
+    # could not know whether the replica had begun it and rightly sent it nowhere else
+    failed = replicas.proxy.abnormal()
+    assert all(r.server == "gateway-2" and r.connect_ms >= 0 for r in failed), [r.line for r in failed]  # the victim's
     for c in hit:
-        # at most the one turn it had in flight on the lost replica failed (a 502 from the proxy)...
-        assert len(c.errors) <= 1, (c.errors, replicas.proxy.abnormal())
+        # the turn it had in flight on the lost replica failed (a 502 or a cut stream from the proxy),
+        # and at most the next one: sent the moment the first failed, it can still reach the replica
+        # while it is dying, before HAProxy takes it out (3 runs of 33 on 2026-12-04)...
+        turns = [int(e.split(" turn ", 1)[1].split(":", 1)[0]) for e in c.errors]
+        assert len(turns) <= 2 and all(b == a + 1 for a, b in zip(turns, turns[1:])), (c.errors, [r.line for r in failed])
         assert all("status 502" in e or "transport" in e or "stream ended" in e for e in c.errors), c.errors
         # ...and the conversation went on on one other replica, in one new MCP session (B16)
         assert len(c.backends) <= 2 and len(c.sessions) <= 2, (c.backends, c.sessions)

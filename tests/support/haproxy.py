@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,25 @@ from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "haproxy.cfg"
-TERMINATION = re.compile(r" (\S{4}) \d+/\d+/\d+/\d+/\d+ \d+/\d+ ")
-"""The termination state of an `option httplog` line (`----` for a request that ended normally)."""
+LOGGED = re.compile(r"\] \S+ (?P<backend>[^/\s]+)/(?P<server>\S+) -?\d+/-?\d+/(?P<connect>-?\d+)/-?\d+/-?\d+ "
+                    r"(?P<status>-?\d+) \S+ \S+ \S+ (?P<state>\S{4}) \d+/\d+/\d+/\d+/\d+ \d+/\d+ ")
+"""A request's line of `option httplog`: backend/server, the timers (Tc, the connect time, third), the
+status, and the termination state (`----` for a request that ended normally)."""
 SERVER = re.compile(r"^(\s*server gateway-(\d+) )\S+(.*)$")
+
+
+@dataclass(frozen=True)
+class Logged:
+    """One request as HAProxy logged it."""
+
+    backend: str
+    server: str
+    connect_ms: int
+    """Tc: -1 when no connection to the server was made (nothing was sent to it)."""
+    status: int
+    """-1 when HAProxy sent the client no response (it closed the connection)."""
+    state: str
+    line: str
 
 
 def binary() -> str | None:
@@ -129,11 +146,12 @@ class HaProxy:
             raise RuntimeError(f"haproxy did not come up:\n{self.log_tail()}")
         return self
 
-    def abnormal(self) -> list[str]:
-        """Log lines of requests that did not end normally (termination state other than `----`)."""
+    def abnormal(self) -> list[Logged]:
+        """The requests that did not end normally (termination state other than `----`), as logged."""
         self._log.flush()
-        return [line for line in self.log_path.read_text(errors="replace").splitlines()
-                if (state := TERMINATION.search(line)) is not None and state.group(1) != "----"]
+        found = (LOGGED.search(line) for line in self.log_path.read_text(errors="replace").splitlines())
+        return [Logged(m["backend"], m["server"], int(m["connect"]), int(m["status"]), m["state"], m.string)
+                for m in found if m is not None and m["state"] != "----"]
 
     def log_tail(self, lines: int = 30) -> str:
         self._log.flush()
