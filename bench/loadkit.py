@@ -369,8 +369,8 @@ class Replicated:
 
     def stop(self) -> None:
         if self.proxy is not None:
-            for logged in self.proxy.abnormal()[:10]:  # HAProxy's view of any request that did not end normally
-                print(f"haproxy: {logged.line}", file=sys.stderr)
+            for request in self.proxy.abnormal()[:10]:  # HAProxy's view of any request that did not end normally
+                print(f"haproxy: {request.line}", file=sys.stderr)
             self.proxy.stop()
         for gateway in self.gateways:
             gateway.stop()

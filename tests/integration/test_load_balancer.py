@@ -186,10 +186,10 @@ def test_a_lost_replica_costs_only_its_conversations_sessions_and_its_in_flight_
     assert hit and spared
     # conversations on the other replicas saw nothing: no error, one MCP session, one replica
     assert [(c.errors, len(c.sessions), c.breaks, len(c.backends)) for c in spared] == [([], 1, 0, 1)] * len(spared)
-    # every request that failed had reached the lost replica (HAProxy had connected to it), so HAProxy
-    # could not know whether the replica had begun it and rightly sent it nowhere else
+    # every request HAProxy logged as failed was on the lost replica and had reached it (a connection
+    # was made), so HAProxy could not know whether the replica had begun it and sent it nowhere else
     failed = replicas.proxy.abnormal()
-    assert all(r.server == "gateway-2" and r.connect_ms >= 0 for r in failed), [r.line for r in failed]  # the victim's
+    assert all(r.server == "gateway-2" and r.connect_ms >= 0 for r in failed), [r.line for r in failed]
     for c in hit:
         # the turn it had in flight on the lost replica failed (a 502 or a cut stream from the proxy),
         # and at most the next one: sent the moment the first failed, it can still reach the replica

@@ -26,9 +26,10 @@ from tests.support.waiting import wait_until
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "haproxy.cfg"
 LOGGED = re.compile(r"\] \S+ (?P<backend>[^/\s]+)/(?P<server>\S+) -?\d+/-?\d+/(?P<connect>-?\d+)/-?\d+/-?\d+ "
-                    r"(?P<status>-?\d+) \S+ \S+ \S+ (?P<state>\S{4}) \d+/\d+/\d+/\d+/\d+ \d+/\d+ ")
+                    r"(?P<status>-?\d+) \S+ \S+ \S+ (?P<state>\S{4}) \d+/\d+/\d+/\d+/\+?\d+ \d+/\d+ ")
 """A request's line of `option httplog`: backend/server, the timers (Tc, the connect time, third), the
-status, and the termination state (`----` for a request that ended normally)."""
+status, the termination state (`----` for a request that ended normally), and the connection counts,
+whose last (retries) reads `+1` when a retry went to another server."""
 SERVER = re.compile(r"^(\s*server gateway-(\d+) )\S+(.*)$")
 
 
@@ -44,6 +45,13 @@ class Logged:
     """-1 when HAProxy sent the client no response (it closed the connection)."""
     state: str
     line: str
+
+
+def logged(log: str) -> list[Logged]:
+    """The requests of HAProxy's log text, in order (its other lines, warnings and notices, left out)."""
+    found = (LOGGED.search(line) for line in log.splitlines())
+    return [Logged(m["backend"], m["server"], int(m["connect"]), int(m["status"]), m["state"], m.string)
+            for m in found if m is not None]
 
 
 def binary() -> str | None:
@@ -149,9 +157,7 @@ class HaProxy:
     def abnormal(self) -> list[Logged]:
         """The requests that did not end normally (termination state other than `----`), as logged."""
         self._log.flush()
-        found = (LOGGED.search(line) for line in self.log_path.read_text(errors="replace").splitlines())
-        return [Logged(m["backend"], m["server"], int(m["connect"]), int(m["status"]), m["state"], m.string)
-                for m in found if m is not None and m["state"] != "----"]
+        return [r for r in logged(self.log_path.read_text(errors="replace")) if r.state != "----"]
 
     def log_tail(self, lines: int = 30) -> str:
         self._log.flush()
