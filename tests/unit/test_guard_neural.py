@@ -297,13 +297,14 @@ def test_splitting_fused_layer_norms_keeps_the_outputs_and_the_shipped_model_is_
 def test_int8_sessions_compute_the_exact_integer_product_on_any_cpu(tmp_path: Path) -> None:
     # R: P6 — the same verdicts on every CPU: on x86 without VNNI onnxruntime's kernel for signed
     # int8 weights sums pairs of products in saturating 16-bit lanes (a large-valued product comes
-    # out wrong); the session options every prompt_guard model loads with make it exact there
+    # out wrong); the session options every prompt_guard model loads with make it exact there, and
+    # leave a VNNI CPU its own exact, faster kernel
     import numpy
     import onnx
     import onnxruntime
     from onnx import TensorProto, helper, numpy_helper
 
-    from plugins.prompt_guard.onnx_backend import session_options
+    from plugins.prompt_guard.onnx_backend import cpu_flags, exact_int8_option_set, needs_exact_int8_option, session_options
 
     rng = numpy.random.default_rng(7)
     weights = rng.choice(numpy.array([-127, -90, 90, 127], dtype=numpy.int8), size=(64, 32))
@@ -315,12 +316,27 @@ def test_int8_sessions_compute_the_exact_integer_product_on_any_cpu(tmp_path: Pa
                                numpy_helper.from_array(numpy.zeros(32, dtype=numpy.int8), "w_zero")])
     path = tmp_path / "mm.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    session = onnxruntime.InferenceSession(str(path), session_options(onnxruntime), providers=["CPUExecutionProvider"])
-    got = session.run(["y"], {"a": activations})[0]
-    assert numpy.array_equal(got, activations.astype(numpy.int64) @ weights.astype(numpy.int64))
+    exact = activations.astype(numpy.int64) @ weights.astype(numpy.int64)
+    for options in (session_options(onnxruntime), session_options(onnxruntime, flags=frozenset({"avx2"}))):
+        session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        assert numpy.array_equal(session.run(["y"], {"a": activations})[0], exact)  # this CPU's options, then the option forced
 
-    shipped = NeuralDetector.load(DEFAULT_DIR)  # the runtime's own session carries the option
-    assert shipped.session.get_session_options().get_session_config_entry("session.x64quantprecision") == "1"
+    shipped = NeuralDetector.load(DEFAULT_DIR)  # the runtime's own session: the option where this CPU needs it
+    assert exact_int8_option_set(shipped.session.get_session_options()) == needs_exact_int8_option(cpu_flags())
+
+
+def test_the_exact_int8_option_is_set_on_cpus_without_vnni_and_where_the_cpu_is_unknown() -> None:
+    # R: P6
+    import onnxruntime
+
+    from plugins.prompt_guard.onnx_backend import exact_int8_option_set, needs_exact_int8_option, session_options
+
+    assert needs_exact_int8_option(frozenset({"sse4_2", "avx2", "fma"}))
+    assert needs_exact_int8_option(None)  # no /proc/cpuinfo: the safe side
+    assert not needs_exact_int8_option(frozenset({"avx2", "avx512f", "avx512_vnni"}))
+    assert not needs_exact_int8_option(frozenset({"avx2", "avx_vnni"}))
+    assert exact_int8_option_set(session_options(onnxruntime, flags=frozenset({"avx2"})))
+    assert not exact_int8_option_set(session_options(onnxruntime, flags=frozenset({"avx512_vnni"})))
 
 
 async def test_a_broken_configured_model_stops_the_plugin_start(tmp_path: Path) -> None:

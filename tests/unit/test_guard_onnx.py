@@ -24,6 +24,7 @@ from gateway.errors import GuardBlocked
 from gateway.identity import ANONYMOUS
 from gateway.plugins import InspectItem, PluginContext, PluginEnv
 from plugins.prompt_guard.config import PromptGuardConfig
+from plugins.prompt_guard.onnx_backend import cpu_flags, exact_int8_option_set, needs_exact_int8_option
 from plugins.prompt_guard.plugin import PromptGuardPlugin, build_guard
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,8 +160,8 @@ def test_a_long_text_is_scored_by_its_best_token_window(parts: Path) -> None:
     assert not one_window.scan(text).blocked  # averaged over 330 tokens it fades
     assert windowed.onnx is not None and one_window.onnx is not None
     assert windowed.onnx.score(text) > one_window.onnx.score(text) + 0.5
-    # an operator's model loads with the exact-int8 session options too (onnx_backend.session_options)
-    assert windowed.onnx.session.get_session_options().get_session_config_entry("session.x64quantprecision") == "1"
+    # an operator's model loads with the same session options (onnx_backend.session_options)
+    assert exact_int8_option_set(windowed.onnx.session.get_session_options()) == needs_exact_int8_option(cpu_flags())
 
 
 def test_the_model_reads_text_without_invisible_characters_and_one_logit_models_work(parts: Path) -> None:
