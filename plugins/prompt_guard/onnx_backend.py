@@ -15,6 +15,7 @@ letters and punctuation kept, because that is the kind of text such models are t
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import math
@@ -38,8 +39,10 @@ VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
 """x86 CPU flags (as Linux names them) of the instructions onnxruntime's exact int8 kernels use."""
 
 
+@functools.cache
 def cpu_flags() -> frozenset[str] | None:
-    """This CPU's flags from /proc/cpuinfo (Linux), or None where they cannot be read."""
+    """This CPU's flags from /proc/cpuinfo (Linux), or None where they cannot be read; read once
+    per process (every session prompt_guard opens asks)."""
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
