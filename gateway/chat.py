@@ -20,6 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.accounting import RECORD_KEY, RequestRecord
+from gateway.answer import AnswerStream, finish_completion
 from gateway.api.body import parse_object, read_body
 from gateway.api.dialect import Dialect, StreamEncoder, Translation
 from gateway.auth import authorization_of
@@ -30,6 +31,7 @@ from gateway.gateway import Gateway, Route
 from gateway.logs import request_id_var
 from gateway.loop import Ending, LoopStats, TurnIO, run_completion, run_stream
 from gateway.plugins import PluginContext
+from gateway.provenance import Provenance
 
 log = logging.getLogger("toolgate.chat")
 
@@ -94,6 +96,7 @@ class ChatHandler:
             route=route.config.model,
             deadline=time.monotonic() + budget,
             inspect=lambda item: route.chain.inspect(ctx, item),
+            provenance=Provenance.from_messages(body["messages"]),
         )
         _strip_conversation_metadata(body)
         streaming = False
@@ -111,6 +114,7 @@ class ChatHandler:
             if stats.tool_calls or stats.cap_reached:
                 completion["toolgate"] = stats.summary()
             completion = await route.chain.after_model(ctx, body, completion)
+            completion = finish_completion(completion, ctx.held)
             record.status = 200
             return Response(json.dumps(translation.render(completion), ensure_ascii=False), media_type="application/json")
         except TimeoutError:
@@ -123,6 +127,7 @@ class ChatHandler:
     async def _prepare(self, route: Route, ctx: PluginContext, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, GatewayTool]]:
         """Run `before_model`, gather gateway tools, and build the upstream body."""
         body = await route.chain.before_model(ctx, body)
+        body = await route.chain.confirmed(ctx, body)
         client_names = _client_tool_names(body)
         table = await route.chain.tools(ctx, client_names)
         upstream_body = {**body, "model": route.upstream_model}
@@ -157,8 +162,11 @@ class ChatHandler:
         async def call_tool(exposed: str, arguments: str) -> str:
             return await route.chain.call_tool(ctx, table[exposed], arguments)
 
+        async def check_client_calls(calls: list[dict[str, Any]]) -> dict[str, str]:
+            return await route.chain.check_client_calls(ctx, calls)
+
         return TurnIO(complete, stream, call_tool, frozenset(table), route.chain.max_tool_calls,
-                      client_tools, route.chain.offers_tools)
+                      client_tools, route.chain.offers_tools, check_client_calls)
 
     async def _stream(
         self, route: Route, ctx: PluginContext, upstream_body: dict[str, Any], io: TurnIO,
@@ -167,6 +175,7 @@ class ChatHandler:
         stats = LoopStats()
         chunks = run_stream(upstream_body, io, translation.include_usage, stats)
         encoder = translation.encoder()
+        answer = AnswerStream(route.chain.answer_filters(ctx), ctx.held)
         first = await chunks.__anext__()  # errors before the first byte keep their HTTP status
         record.status = 200
         scrub = self.gw.secrets.scrub
@@ -175,6 +184,7 @@ class ChatHandler:
 
         def write(batch: list[dict[str, Any]]) -> bytes:
             nonlocal ended
+            batch = answer.batch(batch)
             if isinstance(batch, Ending):  # the stream's end goes out in the same write
                 ended = True
                 return encoder.batch(batch) + encoder.end()

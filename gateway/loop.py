@@ -41,6 +41,9 @@ class TurnIO:
     """True on a route that runs tools: a call to any other name (a tool outside a filter, one
     this request could not list, a made-up one) is answered with `UNKNOWN_TOOL`, not run and not
     handed to the client (B3). A route without tool plugins passes the model's calls through."""
+    check_client_calls: Callable[[list[dict[str, Any]]], Awaitable[dict[str, str]]] | None = None
+    """The firewall's look at the model's calls to client tools before they go back (T3): call id
+    → the tool error the model reads instead, for each call it holds."""
 
 
 @dataclass
@@ -104,14 +107,33 @@ def _split_calls(calls: list[dict[str, Any]], io: TurnIO) -> tuple[list[dict[str
     return mine, theirs
 
 
-async def _run_round(io: TurnIO, stats: LoopStats, messages: list[dict[str, Any]], message: dict[str, Any], calls: list[dict[str, Any]]) -> None:
+async def _held_client_calls(
+    io: TurnIO, mine: list[dict[str, Any]], theirs: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, str]]:
+    """Client calls the firewall holds join the gateway's round, answered with their tool error
+    (the model reads why); the rest still go back to the client (T3)."""
+    if not theirs or io.check_client_calls is None:
+        return mine, theirs, {}
+    answered = await io.check_client_calls(theirs)
+    if not answered:
+        return mine, theirs, {}
+    return mine + [c for c in theirs if c["id"] in answered], [c for c in theirs if c["id"] not in answered], answered
+
+
+async def _run_round(
+    io: TurnIO, stats: LoopStats, messages: list[dict[str, Any]], message: dict[str, Any], calls: list[dict[str, Any]],
+    answered: dict[str, str] | None = None,
+) -> None:
     """Execute one round's gateway calls concurrently (each counts toward the cap) and append
-    the assistant message and one tool message per call."""
+    the assistant message and one tool message per call. `answered` calls are not run: their
+    text is already known (client calls the firewall held)."""
     remaining = max(io.max_tool_calls - stats.tool_calls, 0)
     run, refused = calls[:remaining], calls[remaining:]
 
     async def one(call: dict[str, Any]) -> str:
         name = call["function"]["name"]
+        if answered and call["id"] in answered:
+            return answered[call["id"]]
         if name not in io.gateway_tools:
             return UNKNOWN_TOOL.format(name=name[:64])
         return await io.call_tool(name, call["function"]["arguments"] or "{}")
@@ -150,6 +172,7 @@ async def run_completion(body: dict[str, Any], io: TurnIO) -> tuple[dict[str, An
         choice = response["choices"][0]
         message = choice["message"]
         mine, theirs = _split_calls(normalise_calls(message.get("tool_calls")), io)
+        mine, theirs, answered = await _held_client_calls(io, mine, theirs)
         if theirs:  # G7: the client's own tool calls end the loop and go back to the client
             message["tool_calls"] = theirs
             choice["finish_reason"] = "tool_calls"
@@ -161,7 +184,7 @@ async def run_completion(body: dict[str, Any], io: TurnIO) -> tuple[dict[str, An
             if stats.usage:
                 response["usage"] = {**(response.get("usage") or {}), **stats.usage}
             return response, stats
-        await _run_round(io, stats, messages, message, mine)
+        await _run_round(io, stats, messages, message, mine, answered)
 
 
 class _ChunkAccumulator:
@@ -231,8 +254,9 @@ async def run_stream(
                 yield out
         stats.rounds += 1
         mine, theirs = _split_calls(acc.tool_calls(), io)
+        mine, theirs, answered = await _held_client_calls(io, mine, theirs)
         if mine and not theirs and not stats.cap_reached:
-            await _run_round(io, stats, messages, acc.message(), mine)
+            await _run_round(io, stats, messages, acc.message(), mine, answered)
             continue
         yield _ending(head, theirs, finish, stats, include_usage)
         return

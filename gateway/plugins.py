@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from gateway.errors import GuardBlocked  # noqa: F401  (re-exported for plugins)
 from gateway.identity import Identity
+from gateway.provenance import Provenance
 from gateway.secrets import SecretSet
 
 ChatRequest = dict[str, Any]
@@ -38,6 +39,12 @@ ChatResponse = dict[str, Any]
 """An OpenAI `chat.completion` response body (JSON edge)."""
 
 
+ToolEffect = Literal["read_only", "open_world", "side_effect"]
+"""What running a tool does (T2): `read_only` reads and reaches nothing outside its server;
+`open_world` only reads but reaches the outside world (a URL fetch, a web search: the request
+itself carries data out); `side_effect` changes something. Unknown means `side_effect`."""
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     """A tool a plugin offers the model, in the plugin's own naming."""
@@ -45,6 +52,52 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]
+    effect: ToolEffect = "side_effect"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the model made, before it runs (T3): a gateway tool (`server` is its plugin
+    node) or one of the client's own tools (`client` true, server `client`), arguments parsed."""
+
+    exposed: str
+    server: str
+    name: str
+    arguments: dict[str, Any]
+    effect: ToolEffect
+    client: bool = False
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A plugin's decision not to run a call now (T3, T6). `reason` is what the model and the
+    person read (argument names and source ids, never the untrusted text); `code` is the rule's id
+    for logs and metrics; `confirm_seconds`, when set, lets the person confirm the call (T4)."""
+
+    reason: str
+    code: str
+    confirm_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class HeldCall:
+    """A call the firewall did not run in this request, as the response reports it."""
+
+    call: ToolCall
+    hold: Hold
+    confirm: str | None = None
+    """`confirm <code>`: the text the person sends to run it (T4); None when it cannot be confirmed."""
+
+
+class AnswerFilter:
+    """Rewrites the model's answer text as it streams (T5): `feed` returns what may be sent now,
+    `flush` the rest at the end. The base filter passes everything through."""
+
+    def feed(self, text: str) -> str:
+        return text
+
+    def flush(self) -> str:
+        return ""
 
 
 @dataclass(frozen=True)
@@ -89,6 +142,10 @@ class PluginContext:
     inspect: Inspector
     state: dict[str, Any] = field(default_factory=dict)
     """Scratch space per request; plugins key it by their own id."""
+    provenance: Provenance = field(default_factory=Provenance)
+    """Every piece of the request's context, labelled trusted or untrusted (T1)."""
+    held: list[HeldCall] = field(default_factory=list)
+    """Calls the firewall did not run in this request (T3), reported with the answer."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +204,21 @@ class Plugin:
 
     async def inspect(self, ctx: PluginContext, item: InspectItem) -> None:
         """Raise `GuardBlocked` to refuse the request; return to allow."""
+
+    def trusts(self, source: str) -> bool:
+        """Whether the operator trusts what this node's `source` (a tool, a resource) returns, like
+        the client's own words (T3). Untrusted unless the node's config says so."""
+        return False
+
+    async def check_tool_call(self, ctx: PluginContext, call: ToolCall) -> Hold | None:
+        """Before a call runs (a gateway tool) or goes back to the client (a client tool): None
+        lets it run, a `Hold` stops it and the model reads the hold's reason as the result (T3)."""
+        return None
+
+    def answer_filter(self, ctx: PluginContext) -> AnswerFilter | None:
+        """A rewriter of the streamed answer text (T5); `after_model` does the same for a whole
+        answer. None: the plugin does not touch the answer."""
+        return None
 
     async def after_model(
         self, ctx: PluginContext, request: ChatRequest, response: ChatResponse

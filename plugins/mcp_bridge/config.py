@@ -47,6 +47,14 @@ class McpBridgeConfig(BaseModel):
         "legacy: always the 2025-11-25 handshake with an Mcp-Session-Id session",
     )
     sessionIdleSeconds: float = Field(default=300, gt=0, description="pooled session lifetime after its last call (B14)")
+    readOnlyTools: list[str] = Field(
+        default_factory=list, description="tools that only read and reach nothing outside the server: prompt_guard's "
+        "firewall never holds them, whatever the server's annotations say (T2)")
+    sideEffectTools: list[str] = Field(
+        default_factory=list, description="tools treated as side-effecting whatever the server's annotations say (T2)")
+    trustedSources: list[str] = Field(
+        default_factory=list, description="tools and resources (URI or name) whose results the firewall trusts like "
+        "the client's own words: e.g. an address book or the user's own profile (T3)")
 
     @field_validator("id")
     @classmethod
@@ -87,6 +95,9 @@ class McpBridgeConfig(BaseModel):
             raise ValueError("'authHeaderName' and 'authSecret' go together")
         if self.prefetchTool and self.toolFilter and self.prefetchTool not in self.toolFilter:
             raise ValueError(f"prefetchTool {self.prefetchTool!r} is not in toolFilter (B9)")
+        both = sorted(set(self.readOnlyTools) & set(self.sideEffectTools))
+        if both:
+            raise ValueError(f"tools listed both in readOnlyTools and sideEffectTools: {', '.join(both)}")
         return self
 
     @property

@@ -13,7 +13,8 @@ from gateway.plugins import ChatRequest, Plugin, PluginContext, PluginEnv, ToolR
 from gateway.secrets import SecretSet, resolve_secret
 from plugins.mcp_bridge.config import McpBridgeConfig
 from plugins.mcp_bridge.content import tool_result_text
-from plugins.mcp_bridge.injection import inject
+from plugins.mcp_bridge.effects import tool_effect
+from gateway.injection import inject
 from plugins.mcp_bridge.metrics import BridgeMetrics
 from plugins.mcp_bridge.operations import call_tool, list_tools
 from plugins.mcp_bridge.prefetch import TOOL_FAILED, ContextGatherer
@@ -39,6 +40,7 @@ class McpBridgePlugin(Plugin):
         self.id = config.id
         self.max_tool_calls = config.maxConsecutiveToolCalls
         self._allowed = frozenset(config.toolFilter)
+        self._trusted = frozenset(config.trustedSources)
         self._secret: str | None = None
         self._redact: tuple[str, ...] = ()
         self._secrets: SecretSet | None = None
@@ -144,10 +146,15 @@ class McpBridgePlugin(Plugin):
             log.warning("mcp_bridge %s: tools not listed: %s", self.id, self.scrub(describe(exc)))
             return []
         return [
-            ToolSpec(name=t.name, description=t.description or "", parameters=dict(t.input_schema))
+            ToolSpec(name=t.name, description=t.description or "", parameters=dict(t.input_schema),
+                     effect=tool_effect(t, self.config))
             for t in tools
             if self.allows(t.name)
         ]
+
+    def trusts(self, source: str) -> bool:
+        """The operator's `trustedSources` (T3)."""
+        return source in self._trusted
 
     async def call_tool(self, ctx: PluginContext, name: str, arguments: dict[str, Any]) -> ToolResult:
         """Run one tool call; failures become error results the model reads (B3, B13)."""

@@ -12,7 +12,7 @@ from gateway.plugins import ChatRequest, InspectItem, PluginContext
 from plugins.mcp_bridge.config import McpBridgeConfig
 from plugins.mcp_bridge.content import tool_result_text
 from gateway.mcp.errors import describe
-from plugins.mcp_bridge.injection import ContextBlock
+from gateway.injection import ContextBlock
 from plugins.mcp_bridge.operations import ResourceText, call_tool, read_resource
 from plugins.mcp_bridge.templating import client_last_user_message, prefetch_values, render_result, substitute_json
 

@@ -95,13 +95,60 @@ class OnnxModelConfig(_Strict):
         return self
 
 
+class TrustedArgument(_Strict):
+    """An argument whose value the firewall does not check (T3): e.g. `amount`, when the operator
+    accepts that a tool result may set it."""
+
+    tool: str = Field(description="the tool's name (as its server names it, or as the model sees it)")
+    argument: str = Field(description="a top-level argument name")
+    server: str | None = Field(default=None, description="only on this mcp_bridge node (`client` for the client's tools)")
+
+
+class ConfirmationSettings(_Strict):
+    """A held gateway call can be confirmed by the person (T4)."""
+
+    enabled: bool = True
+    ttl_seconds: float = Field(default=300, gt=0, le=86400, description="how long a held call can be confirmed")
+
+
+class EgressSettings(_Strict):
+    """Links and images in the model's answer (T5)."""
+
+    enabled: bool = True
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="hosts (and their subdomains) whose links and images are always kept")
+    images: Literal["allowed_hosts", "keep"] = Field(
+        default="allowed_hosts", description="allowed_hosts: an image to any other host is neutralised when the context "
+        "holds untrusted data (a client fetches images without a click); keep: judged like links")
+
+
+class FirewallConfig(_Strict):
+    """The tool-call firewall (T1-T6): what untrusted data may make the model do."""
+
+    enabled: bool = Field(default=True, description="in monitor mode the firewall only logs and counts what it would hold")
+    block_threshold: float = Field(
+        default=0.9, gt=0, le=1, description="detector score at or above which `enforce` refuses the request; between "
+        "`threshold` and this, the item is flagged: no tool that acts runs without confirmation (T6)")
+    client_tools: Literal["check", "trust"] = Field(
+        default="check", description="check: the client's own tools are side-effecting and judged like gateway tools; "
+        "trust: calls to them are never held")
+    trusted_arguments: list[TrustedArgument] = Field(default_factory=list)
+    confirmations: ConfirmationSettings = Field(default_factory=ConfirmationSettings)
+    egress: EgressSettings = Field(default_factory=EgressSettings)
+    spotlight: Literal["off", "delimit"] = Field(
+        default="off", description="delimit: each tool result reaches the model between markers carrying a per-request "
+        "random id, with a line saying it is data, not instructions")
+
+
 class PromptGuardConfig(_Strict):
     type: Literal["prompt_guard"]
     id: str = "prompt_guard"
     mode: Literal["enforce", "monitor"] = Field(
-        default="enforce", description="enforce: a block refuses the request; monitor: log and count only"
+        default="enforce", description="enforce: a block refuses the request and the firewall holds calls; "
+        "monitor: log and count only"
     )
-    threshold: float = Field(default=0.5, gt=0, le=1, description="score at or above which an item is blocked")
+    threshold: float = Field(default=0.5, gt=0, le=1, description="score at or above which an item is blocked "
+                             "(with the firewall on: flagged; refused from `firewall.block_threshold`)")
     rules_file: str | None = Field(default=None, description="YAML rule pack; default: the shipped plugins/prompt_guard/rules/default.yaml")
     disabled_rules: list[str] = Field(default_factory=list, description="rule, heuristic or 'classifier' ids to switch off")
     detectors: DetectorToggles = Field(default_factory=DetectorToggles)
@@ -117,6 +164,7 @@ class PromptGuardConfig(_Strict):
         default=None, description="path to a toolgate-guard-linear/1 JSON model replacing the shipped one"
     )
     neural: NeuralConfig = Field(default_factory=NeuralConfig)
+    firewall: FirewallConfig = Field(default_factory=FirewallConfig)
     onnx_model: OnnxModelConfig | None = Field(
         default=None, description="an optional ONNX classifier, one more piece of evidence ('classifier.onnx')"
     )

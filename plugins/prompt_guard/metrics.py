@@ -19,6 +19,8 @@ class GuardMetrics:
 
     verdicts: Counter
     latency: Histogram
+    holds: Counter
+    egress: Counter
 
 
 def guard_metrics(registry: CollectorRegistry) -> GuardMetrics:
@@ -28,4 +30,9 @@ def guard_metrics(registry: CollectorRegistry) -> GuardMetrics:
                         "Guard verdicts per inspected item (allow, block, monitor_block)", ["guard", "verdict", "kind"]),
         latency=metric(registry, Histogram, "toolgate_guard_scan_seconds", "Time to scan one inspected item", ["guard"],
                        buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0)),
+        holds=metric(registry, Counter, "toolgate_guard_tool_calls_held_total",
+                     "Tool calls the firewall held (held) or would have held in monitor mode (monitor_held)",
+                     ["guard", "server", "tool", "rule", "outcome"]),
+        egress=metric(registry, Counter, "toolgate_guard_egress_neutralised_total",
+                      "Links and images neutralised in answers", ["guard", "kind", "reason"]),
     )

@@ -16,9 +16,12 @@ from pathlib import Path
 
 from gateway.content import message_text
 from gateway.errors import GuardBlocked
-from gateway.plugins import ChatRequest, InspectItem, Plugin, PluginContext, PluginEnv
+from gateway.plugins import (
+    AnswerFilter, ChatRequest, ChatResponse, Hold, InspectItem, Plugin, PluginContext, PluginEnv, ToolCall,
+)
 from plugins.prompt_guard.classifier import DEFAULT_MODEL, LinearModel
 from plugins.prompt_guard.config import PromptGuardConfig
+from plugins.prompt_guard.firewall import decide
 from plugins.prompt_guard.metrics import GuardMetrics, guard_metrics
 from plugins.prompt_guard.rulepack import DEFAULT_RULES, load_rules
 from plugins.prompt_guard.scanner import NEURAL_ID, ONNX_ID, Guard, GuardSettings, Verdict
@@ -86,7 +89,7 @@ class PromptGuardPlugin(Plugin):
         self._guard: Guard | None = None
         self._base_dir: Path | None = None
         self._metrics: GuardMetrics | None = None
-        self.counts: dict[str, int] = {"allow": 0, "block": 0, "monitor_block": 0}
+        self.counts: dict[str, int] = {"allow": 0, "block": 0, "monitor_block": 0, "flag": 0}
         """Verdicts seen by this node (also exported as Prometheus counters once started)."""
 
     @property
@@ -119,8 +122,15 @@ class PromptGuardPlugin(Plugin):
             self._count("allow", item.kind)
             return
         enforce = self.config.mode == "enforce"
+        firewall = self.config.firewall
+        if enforce and firewall.enabled and item.kind != "client_message" and verdict.score < firewall.block_threshold:
+            # T6: below the refusal threshold the item taints the rest of the request instead
+            ctx.provenance.flag(item.server, item.source, verdict.score)
+            self._count("flag", item.kind)
+            self._log(ctx, item, verdict, "flag")
+            return
         self._count("block" if enforce else "monitor_block", item.kind)
-        self._log(ctx, item, verdict)
+        self._log(ctx, item, verdict, "block" if enforce else "monitor_block")
         if enforce:
             raise GuardBlocked(
                 inspector=self.id, server=item.server, source=item.source,
@@ -143,12 +153,57 @@ class PromptGuardPlugin(Plugin):
         if self._metrics is not None:
             self._metrics.verdicts.labels(self.id, verdict, kind).inc()
 
-    def _log(self, ctx: PluginContext, item: InspectItem, verdict: Verdict) -> None:
+    async def check_tool_call(self, ctx: PluginContext, call: ToolCall) -> Hold | None:
+        """The firewall's decision (T3, T6); in monitor mode a hold is logged and counted only."""
+        if not self.config.firewall.enabled:
+            return None
+        hold = decide(call, ctx.provenance, self.config.firewall)
+        if hold is None:
+            return None
+        enforce = self.config.mode == "enforce"
+        outcome = "held" if enforce else "monitor_held"
+        if self._metrics is not None:
+            self._metrics.holds.labels(self.id, call.server, call.name[:64], hold.code, outcome).inc()
+        record = {
+            "event": "guard_hold", "guard": self.id, "mode": self.config.mode, "outcome": outcome,
+            "server": call.server, "tool": call.name, "rule": hold.code, "arguments": sorted(call.arguments)[:32],
+            "confirmable": hold.confirm_seconds is not None and ctx.conversation_key is not None,
+            "request_id": ctx.request_id, "route": ctx.route,
+        }
+        log.warning("guard %s: %s/%s (%s)", outcome, call.server, call.name, hold.code, extra=record)
+        return hold if enforce else None
+
+    async def after_model(self, ctx: PluginContext, request: ChatRequest, response: ChatResponse) -> ChatResponse:
+        """Links and images in the answer that would carry data out are neutralised (T5)."""
+        if self._egress_on:
+            from plugins.prompt_guard.answer_egress import neutralise_answer
+            neutralise_answer(response, ctx.provenance, self.config.firewall.egress, self._count_egress)
+        return response
+
+    def answer_filter(self, ctx: PluginContext) -> AnswerFilter | None:
+        """The same as `after_model`, on a streamed answer (T5)."""
+        if not self._egress_on:
+            return None
+        from plugins.prompt_guard.answer_egress import EgressFilter
+        return EgressFilter(ctx.provenance, self.config.firewall.egress, self._count_egress)
+
+    @property
+    def _egress_on(self) -> bool:
+        firewall = self.config.firewall
+        return False and firewall.enabled and firewall.egress.enabled and self.config.mode == "enforce"
+
+    def _count_egress(self, kind: str, reason: str) -> None:
+        if self._metrics is not None:
+            self._metrics.egress.labels(self.id, kind, reason).inc()
+        log.warning("guard neutralised a %s in the answer (%s)", kind, reason,
+                    extra={"event": "guard_egress", "guard": self.id, "kind": kind, "reason": reason})
+
+    def _log(self, ctx: PluginContext, item: InspectItem, verdict: Verdict, outcome: str) -> None:
         record = {
             "event": "guard_verdict",
             "guard": self.id,
             "mode": self.config.mode,
-            "verdict": "block" if self.config.mode == "enforce" else "monitor_block",
+            "verdict": outcome,
             "kind": item.kind,
             "server": item.server,
             "source": item.source,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from plugins.mcp_bridge.injection import ContextBlock, inject
+from gateway.injection import ContextBlock, inject
 
 BLOCKS = [ContextBlock("Docs", "alpha"), ContextBlock("Resource docs://index", "beta")]
 TEXT = "## Docs\nalpha\n\n## Resource docs://index\nbeta"

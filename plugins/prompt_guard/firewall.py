@@ -1,0 +1,96 @@
+"""The tool-call firewall's decision (T3, T6): may this call run, given where the context came from?
+
+Pure code over the request's `Provenance` (gateway.provenance) and the node's settings. It holds
+even when the model is fully fooled, because it does not ask the model: it looks at what the call
+would do and where its values came from.
+
+1. A read-only tool (T2) runs: reading cannot act on an injection's behalf. (An `open_world`
+   reader reaches the outside world, so its arguments can carry data out: it is judged like a
+   side effect.)
+2. With no untrusted data in the context, every call runs: nothing could have asked for it but
+   the client.
+3. When the detector flagged an untrusted item of this request (T6), no consequential call runs
+   without the person's confirmation.
+4. Otherwise a consequential call is held when one of its values (plugins.prompt_guard.values)
+   occurs in untrusted data and nowhere in trusted data (the client's messages, operator-trusted
+   sources): the value is one the tools supplied and the person never gave.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.plugins import Hold, ToolCall
+from gateway.provenance import Provenance, Segment
+from plugins.prompt_guard.config import FirewallConfig
+from plugins.prompt_guard.values import Value, call_values
+
+ORIGINS = {
+    "tool_result": "the result of",
+    "client_tool_result": "a tool result the client sent",
+    "prefetch": "the prefetched result of",
+    "resource": "the resource",
+}
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A value of the call found only in untrusted data: its argument, and where it was found."""
+
+    argument: str
+    segment: Segment
+
+
+def _where(segment: Segment) -> str:
+    origin = ORIGINS.get(segment.origin, segment.origin)
+    if segment.origin == "client_tool_result":
+        return origin
+    return f"{origin} {segment.source} ({segment.server})"
+
+
+def _skipped(call: ToolCall, config: FirewallConfig) -> frozenset[str]:
+    return frozenset(
+        entry.argument for entry in config.trusted_arguments
+        if entry.tool in (call.name, call.exposed) and entry.server in (None, call.server)
+    )
+
+
+def taints(call: ToolCall, provenance: Provenance, config: FirewallConfig) -> list[Taint]:
+    """The call's values that occur in untrusted data and nowhere in trusted data, one per argument."""
+    found: dict[str, Taint] = {}
+    for value in call_values(call.arguments, _skipped(call, config)):
+        if value.argument in found:
+            continue
+        segment = _untrusted_only(value, provenance)
+        if segment is not None:
+            found[value.argument] = Taint(value.argument, segment)
+    return list(found.values())
+
+
+def _untrusted_only(value: Value, provenance: Provenance) -> Segment | None:
+    segment = None
+    for spelling in value.spellings:
+        if provenance.trusted_has(spelling):
+            return None
+        segment = segment or provenance.untrusted_source(spelling)
+    return segment
+
+
+def decide(call: ToolCall, provenance: Provenance, config: FirewallConfig) -> Hold | None:
+    """None to run the call, or why it is held (see the module docstring)."""
+    if call.effect == "read_only" or (call.client and config.client_tools == "trust"):
+        return None
+    if not provenance.has_untrusted:
+        return None
+    confirm = config.confirmations.ttl_seconds if config.confirmations.enabled else None
+    if provenance.flags:
+        flag = provenance.flags[0]
+        return Hold(
+            f"the result of {flag.source} ({flag.server}) looks like a prompt injection, so no tool that acts "
+            "runs in this conversation turn without the user's confirmation", "flagged_context", confirm,
+        )
+    found = taints(call, provenance, config)
+    if not found:
+        return None
+    named = "; ".join(f"the value of `{t.argument}` appears in {_where(t.segment)}" for t in found[:4])
+    return Hold(f"{named}, and not in the user's messages", "untrusted_argument", confirm)
