@@ -102,16 +102,20 @@ class Chain:
             except Exception:
                 log.exception("plugin %s failed to stop", plugin.id)
 
-    async def inspect(self, ctx: PluginContext, item: InspectItem) -> None:
+    async def inspect(self, ctx: PluginContext, item: InspectItem) -> str:
         """Every plugin's inspector sees the item; the first refusal propagates (B11, P1). What
         a tool, prefetch or resource brought is labelled untrusted first, unless the node that
-        fetched it trusts its source (T1)."""
+        fetched it trusts its source (T1). Returns the text the model reads (`present`)."""
         if item.kind != "client_message":
             owner = self._by_id.get(item.server)
             trusted = owner is not None and owner.trusts(item.source)
             ctx.provenance.add(item.kind, item.server, item.source, item.text, trusted=trusted)
         for plugin in self.plugins:
             await plugin.inspect(ctx, item)
+        text = item.text
+        for plugin in self.plugins:
+            text = plugin.present(ctx, item, text)
+        return text
 
     async def check_tool_call(self, ctx: PluginContext, call: ToolCall) -> Hold | None:
         """The first plugin that holds the call decides (T3); None lets it run."""
@@ -176,8 +180,7 @@ class Chain:
         log.info("confirmed tool call runs", extra={"server": call.server, "tool": call.name, "request_id": ctx.request_id})
         result = await plugin.call_tool(ctx, call.name, call.arguments)
         self._metrics.tool_calls.labels(plugin.id, "confirmed").inc()
-        await self.inspect(ctx, InspectItem("tool_result", plugin.id, call.name, result.text))
-        return result.text
+        return await self.inspect(ctx, InspectItem("tool_result", plugin.id, call.name, result.text))
 
     def answer_filters(self, ctx: PluginContext) -> list[AnswerFilter]:
         """The plugins' rewriters of a streamed answer (T5), in YAML order."""
@@ -234,5 +237,4 @@ class Chain:
             return self.held(ctx, call, hold)
         result = await tool.plugin.call_tool(ctx, tool.spec.name, args)
         self._metrics.tool_calls.labels(tool.plugin.id, "error" if result.is_error else "ok").inc()
-        await self.inspect(ctx, InspectItem("tool_result", tool.plugin.id, tool.spec.name, result.text))
-        return result.text
+        return await self.inspect(ctx, InspectItem("tool_result", tool.plugin.id, tool.spec.name, result.text))

@@ -125,7 +125,9 @@ class InspectItem:
     text: str
 
 
-Inspector = Callable[[InspectItem], Awaitable[None]]
+Inspector = Callable[[InspectItem], Awaitable[str | None]]
+"""Inspects an item (raising `GuardBlocked` to refuse) and returns the text the model reads, which a
+plugin may have wrapped (spotlighting, T6); None means the item's text as it is."""
 
 
 @dataclass
@@ -204,6 +206,11 @@ class Plugin:
 
     async def inspect(self, ctx: PluginContext, item: InspectItem) -> None:
         """Raise `GuardBlocked` to refuse the request; return to allow."""
+
+    def present(self, ctx: PluginContext, item: InspectItem, text: str) -> str:
+        """The text the model reads for an inspected item (a tool result, prefetch result or
+        resource): `text` as it is, or wrapped (spotlighting, T6)."""
+        return text
 
     def trusts(self, source: str) -> bool:
         """Whether the operator trusts what this node's `source` (a tool, a resource) returns, like

@@ -70,7 +70,7 @@ class ContextGatherer:
             self._count("failed")
             return ContextBlock(title, f"{TOOL_FAILED}: {reason}")
         text = self._scrub(tool_result_text(result))
-        await ctx.inspect(InspectItem(kind="prefetch", server=self._config.id, source=tool, text=text))
+        text = await ctx.inspect(InspectItem(kind="prefetch", server=self._config.id, source=tool, text=text)) or text
         if result.is_error:
             self._count("error")
             return ContextBlock(title, f"{TOOL_FAILED}: {text}")
@@ -86,6 +86,6 @@ class ContextGatherer:
             log.info("mcp resource %s/%s not read: %s", self._config.id, reference, reason)
             return ContextBlock(title, f"{RESOURCE_FAILED}: {reason}")
         text = self._scrub(read.text)
-        await ctx.inspect(InspectItem(kind="resource", server=self._config.id, source=reference, text=text))
+        text = await ctx.inspect(InspectItem(kind="resource", server=self._config.id, source=reference, text=text)) or text
         return ContextBlock(title, text)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from gateway.plugins import (
 )
 from plugins.prompt_guard.classifier import DEFAULT_MODEL, LinearModel
 from plugins.prompt_guard.config import PromptGuardConfig
-from plugins.prompt_guard.firewall import decide
+from plugins.prompt_guard.firewall import decide, spotlight
 from plugins.prompt_guard.metrics import GuardMetrics, guard_metrics
 from plugins.prompt_guard.rulepack import DEFAULT_RULES, load_rules
 from plugins.prompt_guard.scanner import NEURAL_ID, ONNX_ID, Guard, GuardSettings, Verdict
@@ -172,6 +173,15 @@ class PromptGuardPlugin(Plugin):
         }
         log.warning("guard %s: %s/%s (%s)", outcome, call.server, call.name, hold.code, extra=record)
         return hold if enforce else None
+
+    def present(self, ctx: PluginContext, item: InspectItem, text: str) -> str:
+        """With `firewall.spotlight: delimit`, untrusted text reaches the model between markers that
+        carry a random id of this request (an injection cannot close them), with a line saying it
+        is data (T6). Off by default: it costs tokens and helps only models that heed it."""
+        if self.config.firewall.spotlight != "delimit" or not self.config.firewall.enabled or item.kind == "client_message":
+            return text
+        marker = ctx.state.setdefault(f"prompt_guard:{self.id}:marker", secrets.token_hex(6))
+        return spotlight(text, marker, f"{item.kind} from {item.server}/{item.source}")
 
     async def after_model(self, ctx: PluginContext, request: ChatRequest, response: ChatResponse) -> ChatResponse:
         """Links and images in the answer that would carry data out are neutralised (T5)."""

@@ -60,18 +60,32 @@ def _number_spellings(number: int | float) -> tuple[str, ...]:
     return (str(number), f"{number:,}")
 
 
+_IBAN = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{8,30}")
+
+
+def _spellings(token: str) -> tuple[str, ...]:
+    """A token and the other ways a text writes it: without its spaces and punctuation (a phone
+    number, an IBAN written in groups), and an account number in groups of four."""
+    compact = re.sub(r"[\s().-]", "", token)
+    out = [token]
+    if compact != token and compact.isalnum():
+        out.append(compact)
+    if _IBAN.fullmatch(compact):
+        out.append(" ".join(compact[i:i + 4] for i in range(0, len(compact), 4)))
+    return tuple(dict.fromkeys(out))
+
+
 def _string_values(text: str) -> Iterator[tuple[str, ...]]:
     folded = fold(text)
     digits = folded.replace(".", "").replace(",", "")
     if len(folded) <= WHOLE_MAX and (len(folded) >= WHOLE_MIN or (digits.isdigit() and len(digits) >= 2)):
-        yield (folded,)
+        yield _spellings(folded)
     for pattern in _STRUCTURED:
         for match in pattern.finditer(folded):
             token = match.group(match.lastindex or 0).rstrip(".,;:!?")
             if token == folded or len(token) < 4:
                 continue
-            compact = re.sub(r"[\s().-]", "", token)
-            yield (token, compact) if compact != token and compact.isalnum() else (token,)
+            yield _spellings(token)
 
 
 def call_values(arguments: dict[str, Any], skip: frozenset[str] = frozenset()) -> list[Value]:
