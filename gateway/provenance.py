@@ -20,7 +20,9 @@ from typing import Any, Literal
 
 from gateway.content import message_text
 
-Origin = Literal["client", "client_tool_result", "tool_result", "prefetch", "resource"]
+Origin = Literal["client", "client_tool_result", "tool_result", "prefetch", "resource", "vetted_call"]
+"""`vetted_call`: the arguments of a call that acts and that the firewall let run: its values were
+the client's or the model's own, so a tool echoing them back does not make them untrusted."""
 
 TRUSTED_ROLES = frozenset({"system", "developer", "user", "assistant"})
 _INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))

@@ -96,6 +96,14 @@ def decide(call: ToolCall, provenance: Provenance, config: FirewallConfig) -> Ho
     return Hold(f"{named}, and not in the user's messages", "untrusted_argument", confirm)
 
 
+def vetted_arguments(call: ToolCall, config: FirewallConfig) -> dict[str, object]:
+    """The arguments of a call that acts and was let run, as trusted context from then on (a tool
+    that echoes them back does not make them untrusted), but those the operator exempted (their
+    values were never judged)."""
+    skipped = _skipped(call, config)
+    return {k: v for k, v in call.arguments.items() if k not in skipped}
+
+
 def spotlight(text: str, marker: str, label: str) -> str:
     """`text` between markers that carry `marker` (random per request), any copy of the marker
     inside removed, so the data cannot pretend to end early (Hines et al. 2024, "delimiting")."""

@@ -10,6 +10,7 @@ counted, and the request goes on.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 import time
@@ -20,9 +21,10 @@ from gateway.errors import GuardBlocked
 from gateway.plugins import (
     AnswerFilter, ChatRequest, ChatResponse, Hold, InspectItem, Plugin, PluginContext, PluginEnv, ToolCall,
 )
+from plugins.prompt_guard.answer_egress import EgressFilter, neutralise_answer
 from plugins.prompt_guard.classifier import DEFAULT_MODEL, LinearModel
 from plugins.prompt_guard.config import PromptGuardConfig
-from plugins.prompt_guard.firewall import decide, spotlight
+from plugins.prompt_guard.firewall import decide, spotlight, vetted_arguments
 from plugins.prompt_guard.metrics import GuardMetrics, guard_metrics
 from plugins.prompt_guard.rulepack import DEFAULT_RULES, load_rules
 from plugins.prompt_guard.scanner import NEURAL_ID, ONNX_ID, Guard, GuardSettings, Verdict
@@ -158,8 +160,12 @@ class PromptGuardPlugin(Plugin):
         """The firewall's decision (T3, T6); in monitor mode a hold is logged and counted only."""
         if not self.config.firewall.enabled:
             return None
-        hold = decide(call, ctx.provenance, self.config.firewall)
+        firewall = self.config.firewall
+        hold = decide(call, ctx.provenance, firewall)
         if hold is None:
+            if call.effect != "read_only" and not (call.client and firewall.client_tools == "trust"):
+                vetted = json.dumps(vetted_arguments(call, firewall), ensure_ascii=False)
+                ctx.provenance.add("vetted_call", call.server, call.name, vetted, trusted=True)
             return None
         enforce = self.config.mode == "enforce"
         outcome = "held" if enforce else "monitor_held"
@@ -186,7 +192,6 @@ class PromptGuardPlugin(Plugin):
     async def after_model(self, ctx: PluginContext, request: ChatRequest, response: ChatResponse) -> ChatResponse:
         """Links and images in the answer that would carry data out are neutralised (T5)."""
         if self._egress_on:
-            from plugins.prompt_guard.answer_egress import neutralise_answer
             neutralise_answer(response, ctx.provenance, self.config.firewall.egress, self._count_egress)
         return response
 
@@ -194,13 +199,12 @@ class PromptGuardPlugin(Plugin):
         """The same as `after_model`, on a streamed answer (T5)."""
         if not self._egress_on:
             return None
-        from plugins.prompt_guard.answer_egress import EgressFilter
         return EgressFilter(ctx.provenance, self.config.firewall.egress, self._count_egress)
 
     @property
     def _egress_on(self) -> bool:
         firewall = self.config.firewall
-        return False and firewall.enabled and firewall.egress.enabled and self.config.mode == "enforce"
+        return firewall.enabled and firewall.egress.enabled and self.config.mode == "enforce"
 
     def _count_egress(self, kind: str, reason: str) -> None:
         if self._metrics is not None:

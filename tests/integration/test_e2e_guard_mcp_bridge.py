@@ -98,7 +98,7 @@ def test_the_shipped_neural_detector_alone_refuses_an_injected_email_through_mcp
     upstream: ScriptedUpstream, mcp: ServerThread
 ) -> None:
     # R: P6, P1, B11, B13
-    neural_only = {"type": "prompt_guard", "mode": "enforce",
+    neural_only = {"type": "prompt_guard", "mode": "enforce", "firewall": {"block_threshold": 0.5},
                    "detectors": {"rules": False, "heuristics": False, "classifier": False}}
     nodes = [neural_only, chain(mcp, "enforce")[1]]
     upstream.push(Reply(tool_calls=[("echo", {"text": SUBTLE})]), Reply(content="never reached"))

