@@ -92,7 +92,7 @@ class PromptGuardPlugin(Plugin):
         self._guard: Guard | None = None
         self._base_dir: Path | None = None
         self._metrics: GuardMetrics | None = None
-        self.counts: dict[str, int] = {"allow": 0, "block": 0, "monitor_block": 0, "flag": 0}
+        self.counts: dict[str, int] = {"allow": 0, "block": 0, "monitor_block": 0}
         """Verdicts seen by this node (also exported as Prometheus counters once started)."""
 
     @property
@@ -152,7 +152,7 @@ class PromptGuardPlugin(Plugin):
         return request
 
     def _count(self, verdict: str, kind: str) -> None:
-        self.counts[verdict] += 1
+        self.counts[verdict] = self.counts.get(verdict, 0) + 1
         if self._metrics is not None:
             self._metrics.verdicts.labels(self.id, verdict, kind).inc()
 

@@ -204,7 +204,8 @@ def test_the_model_reads_look_alike_letters_as_latin_only_inside_mixed_words() -
 @pytest.mark.parametrize("model", ["default", "high_recall"])
 async def test_each_shipped_model_alone_refuses_an_injection_and_allows_prose(model: str) -> None:
     # R: P6, P2
-    settings = {"type": "prompt_guard", **NEURAL_ONLY, "neural": {"model": model}}
+    # refused from the detector's own threshold (by default the firewall refuses only from 0.9, T6)
+    settings = {"type": "prompt_guard", **NEURAL_ONLY, "neural": {"model": model}, "firewall": {"block_threshold": 0.5}}
     guard = PromptGuardPlugin(PromptGuardConfig.model_validate(settings))
     await start(guard)
     with pytest.raises(GuardBlocked) as err:
