@@ -25,6 +25,8 @@ Origin = Literal["client", "client_tool_result", "tool_result", "prefetch", "res
 the client's or the model's own, so a tool echoing them back does not make them untrusted."""
 
 TRUSTED_ROLES = frozenset({"system", "developer", "user", "assistant"})
+_JOINERS = frozenset("-./:,")
+"""Characters that join digits into one number (a date, a decimal, a time, thousands)."""
 _INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
 
 
@@ -37,11 +39,13 @@ def fold(text: str) -> str:
 
 def occurs(needle: str, haystack: str) -> bool:
     """Whether folded `needle` occurs in folded `haystack` as whole words: not glued to a letter or
-    digit on either side where its own edge is one (`13` is not in `2013`, `bob` not in `bobby`)."""
+    digit on either side where its own edge is one (`13` is not in `2013`, `bob` not in `bobby`),
+    and a number not as a part of a longer one (`13` is not in `2024-05-13` or `4.13`)."""
     if not needle:
         return False
     start = 0
     head_word, tail_word = needle[0].isalnum(), needle[-1].isalnum()
+    head_digit, tail_digit = needle[0].isdigit(), needle[-1].isdigit()
     while True:
         index = haystack.find(needle, start)
         if index < 0:
@@ -49,6 +53,10 @@ def occurs(needle: str, haystack: str) -> bool:
         end = index + len(needle)
         before_ok = not head_word or index == 0 or not haystack[index - 1].isalnum()
         after_ok = not tail_word or end == len(haystack) or not haystack[end].isalnum()
+        if before_ok and head_digit and index >= 2 and haystack[index - 1] in _JOINERS and haystack[index - 2].isdigit():
+            before_ok = False  # `13` is not in `2024-05-13`, `4.13` or `10:13`
+        if after_ok and tail_digit and end + 1 < len(haystack) and haystack[end] in _JOINERS and haystack[end + 1].isdigit():
+            after_ok = False
         if before_ok and after_ok:
             return True
         start = index + 1

@@ -35,6 +35,7 @@ def call(name: str = "send", effect: str = "side_effect", **arguments: object) -
 def test_a_value_occurs_only_as_whole_words_after_folding() -> None:
     # R: T3
     assert occurs("13", fold("file 13 of 20")) and not occurs("13", "2013") and not occurs("bob", "bobby")
+    assert not any(occurs("13", text) for text in ("2024-05-13", "4.13", "10:13", "1,130")) and occurs("13", "id 13.")
     assert occurs("eve@evil-mail.example", fold("Mail EVE@evil-mail.example today"))
     assert fold("Ｅｖｅ\u200b  Stone") == "eve stone"
 
