@@ -173,6 +173,7 @@ class Chain:
             plugin = self._by_id.get(call.server)
             text = await self._run_confirmed(ctx, plugin, call) if plugin is not None else "the tool failed: its server is gone"
             shown = json.dumps(call.arguments, ensure_ascii=False)
+            ctx.provenance.add("client", "client", "confirmation", shown, trusted=True)  # the person saw and approved them
             blocks.append(ContextBlock(f"Confirmed by the user: {call.exposed}", f"Arguments: {shown}\nResult:\n{text}"))
         return inject(request, blocks)
 

@@ -39,10 +39,11 @@ ChatResponse = dict[str, Any]
 """An OpenAI `chat.completion` response body (JSON edge)."""
 
 
-ToolEffect = Literal["read_only", "open_world", "side_effect"]
+ToolEffect = Literal["read_only", "open_world", "side_effect", "destructive"]
 """What running a tool does (T2): `read_only` reads and reaches nothing outside its server;
 `open_world` only reads but reaches the outside world (a URL fetch, a web search: the request
-itself carries data out); `side_effect` changes something. Unknown means `side_effect`."""
+itself carries data out); `side_effect` changes something; `destructive` may overwrite or delete
+(MCP's `destructiveHint`, true unless the server says false). Unknown means `side_effect`."""
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ annotations are hints the server chose, and the MCP specification says to treat 
 unless the server is. Then the server's annotations: `readOnlyHint: true` reads only, and with
 `openWorldHint` not `false` (the specification's default is true) it still reaches the outside
 world, so its arguments can carry data out (`open_world`). Anything else — no annotations,
-`readOnlyHint` false or absent — is side-effecting: the safe side.
+`readOnlyHint` false or absent — acts: `destructive` unless `destructiveHint` is `false` (the
+specification's default is true), the safe side.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def tool_effect(tool: types.Tool, config: McpBridgeConfig) -> ToolEffect:
     if tool.name in config.sideEffectTools:
         return "side_effect"
     hints = tool.annotations
-    if hints is None or hints.read_only_hint is not True:
-        return "side_effect"
+    if hints is None:
+        return "destructive"
+    if hints.read_only_hint is not True:
+        return "side_effect" if hints.destructive_hint is False else "destructive"
     return "read_only" if hints.open_world_hint is False else "open_world"

@@ -13,7 +13,9 @@ would do and where its values came from.
    without the person's confirmation.
 4. Otherwise a consequential call is held when one of its values (plugins.prompt_guard.values)
    occurs in untrusted data and nowhere in trusted data (the client's messages, operator-trusted
-   sources): the value is one the tools supplied and the person never gave.
+   sources): the value is one the tools supplied and the person never gave. For a destructive
+   call, a short number (an id) found in untrusted data holds it even when the person's words hold
+   the same number too ("June 13" does not vouch for deleting file 13).
 """
 
 from __future__ import annotations
@@ -58,22 +60,29 @@ def _skipped(call: ToolCall, config: FirewallConfig) -> frozenset[str]:
 def taints(call: ToolCall, provenance: Provenance, config: FirewallConfig) -> list[Taint]:
     """The call's values that occur in untrusted data and nowhere in trusted data, one per argument."""
     found: dict[str, Taint] = {}
+    strict = call.effect == "destructive"
     for value in call_values(call.arguments, _skipped(call, config)):
         if value.argument in found:
             continue
-        segment = _untrusted_only(value, provenance)
+        segment = _untrusted_only(value, provenance, strict)
         if segment is not None:
             found[value.argument] = Taint(value.argument, segment)
     return list(found.values())
 
 
-def _untrusted_only(value: Value, provenance: Provenance) -> Segment | None:
+def _untrusted_only(value: Value, provenance: Provenance, strict: bool) -> Segment | None:
     segment = None
     for spelling in value.spellings:
-        if provenance.trusted_has(spelling):
+        if provenance.trusted_has(spelling) and not (strict and _short_number(spelling)):
             return None
         segment = segment or provenance.untrusted_source(spelling)
     return segment
+
+
+def _short_number(spelling: str) -> bool:
+    """An id-like number (`13`, `2291`): the user's words hold such numbers as days and counts, so
+    for an irreversible action their presence there does not vouch for one a tool supplied."""
+    return spelling.isdigit() and len(spelling) <= 6
 
 
 def decide(call: ToolCall, provenance: Provenance, config: FirewallConfig) -> Hold | None:
