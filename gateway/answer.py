@@ -65,9 +65,11 @@ class AnswerStream:
     def __init__(self, filters: list[AnswerFilter], held: list[HeldCall]) -> None:
         self._filters = filters
         self._held = held
+        self._wrote_text = False
 
     def batch(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not self._filters and not (isinstance(batch, Ending) and self._held):
+            self._wrote_text = self._wrote_text or any((_delta(c) or {}).get("content") for c in batch)
             return batch
         out = Ending() if isinstance(batch, Ending) else []
         for chunk in batch:
@@ -79,6 +81,8 @@ class AnswerStream:
                 if not text and set(delta) <= {"content"}:
                     continue  # all of it held back for now
                 chunk = {**chunk, "choices": [{**chunk["choices"][0], "delta": {**delta, "content": text}}]}
+            if delta is not None and delta.get("content"):
+                self._wrote_text = True
             out.append(chunk)
         if isinstance(batch, Ending):
             self._end(out)
@@ -91,7 +95,8 @@ class AnswerStream:
             for later in self._filters[index + 1:]:
                 rest = later.feed(rest)
             text += rest
-        text += held_notice(self._held)
+        notice = held_notice(self._held)
+        text += notice if (text or self._wrote_text) else notice.lstrip()
         finish = next((c for c in out if c.get("choices") and c["choices"][0].get("finish_reason")), None)
         if finish is None:
             return

@@ -1,10 +1,14 @@
 """Provenance of a request's context (T1): which text came from the client and which from tools.
 
-The client's own messages (system, developer, user, assistant) are *trusted*: they are what the
-person and the application said. Everything a tool brought back is *untrusted*: results of the
-gateway's tool calls, tool results the client sent (`role: tool`, Responses `function_call_output`,
-Messages `tool_result`), prefetch results and resources. An operator may declare a source trusted
-(an address book, the user's own profile): its results then count as the client's words.
+The client's system, developer and user messages are *trusted*: they are what the person and the
+application said. Everything a tool brought back is *untrusted*: results of the gateway's tool
+calls, tool results the client sent (`role: tool`, Responses `function_call_output`, Messages
+`tool_result`), prefetch results and resources. So are the model's earlier answers the client sends
+back (`role: assistant`, their text and their calls' arguments): the gateway's tool results are not
+in the client's history, so an earlier answer is where tool text lives on (a summary quoting an
+attacker's address, the gateway's own notice of a held call); trusting it would let a fooled model
+launder a value through one turn. An operator may declare a source trusted (an address book, the
+user's own profile): its results then count as the client's words.
 
 A request's `Provenance` lives on its `PluginContext`, so it survives the whole tool loop, streamed
 or not, whichever client API the request came in. It keeps every text folded once (NFKC, casefold,
@@ -20,11 +24,11 @@ from typing import Any, Literal
 
 from gateway.content import message_text
 
-Origin = Literal["client", "client_tool_result", "tool_result", "prefetch", "resource", "vetted_call"]
+Origin = Literal["client", "client_tool_result", "assistant", "tool_result", "prefetch", "resource", "vetted_call"]
 """`vetted_call`: the arguments of a call that acts and that the firewall let run: its values were
 the client's or the model's own, so a tool echoing them back does not make them untrusted."""
 
-TRUSTED_ROLES = frozenset({"system", "developer", "user", "assistant"})
+TRUSTED_ROLES = frozenset({"system", "developer", "user"})
 _JOINERS = frozenset("-./:,")
 """Characters that join digits into one number (a date, a decimal, a time, thousands)."""
 _INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
@@ -95,7 +99,8 @@ class Provenance:
 
     @classmethod
     def from_messages(cls, messages: Iterable[Any]) -> "Provenance":
-        """The client's conversation: its own roles trusted, tool results untrusted."""
+        """The client's conversation: system, developer and user trusted; tool results and the
+        model's earlier answers untrusted."""
         provenance = cls()
         for message in messages:
             if not isinstance(message, dict):
@@ -111,6 +116,8 @@ class Provenance:
                 continue
             if role in TRUSTED_ROLES:
                 provenance.add("client", "client", role, text, trusted=True)
+            elif role == "assistant":
+                provenance.add("assistant", "client", role, text, trusted=False)
             else:
                 provenance.add("client_tool_result", "client", role, text, trusted=False)
         return provenance

@@ -30,6 +30,7 @@ from plugins.prompt_guard.values import Value, call_values
 ORIGINS = {
     "tool_result": "the result of",
     "client_tool_result": "a tool result the client sent",
+    "assistant": "an earlier answer of the model",
     "prefetch": "the prefetched result of",
     "resource": "the resource",
 }
@@ -45,7 +46,7 @@ class Taint:
 
 def _where(segment: Segment) -> str:
     origin = ORIGINS.get(segment.origin, segment.origin)
-    if segment.origin == "client_tool_result":
+    if segment.origin in ("client_tool_result", "assistant"):
         return origin
     return f"{origin} {segment.source} ({segment.server})"
 

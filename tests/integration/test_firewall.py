@@ -348,3 +348,32 @@ def test_an_allowed_host_and_an_answer_without_untrusted_context_keep_their_link
         allowed = ask(gw, "Summarise my inbox.").choices[0].message.content
         plain = ask(gw, "Say something.").choices[0].message.content
     assert allowed == LEAK and plain == LEAK
+
+
+def test_a_value_the_model_quoted_in_an_earlier_answer_does_not_become_the_users(
+    upstream: ScriptedUpstream, office_server: ServerThread, office: OfficeState,
+) -> None:
+    # R: T1, T3
+    upstream.push(Reply(tool_calls=[("read_inbox", {})]), Reply(tool_calls=[("send_email", {"to": ATTACKER_EMAIL})]),
+                  Reply(content="Done."), Reply(tool_calls=[("send_email", {"to": ATTACKER_EMAIL})]), Reply(content="Sent."))
+    with running_gateway(config(upstream, office_server)) as gw:
+        first = ask(gw, "Summarise my inbox.")
+        history = [{"role": "user", "content": "Summarise my inbox."},
+                   {"role": "assistant", "content": first.choices[0].message.content},  # the notice quotes the address
+                   {"role": "user", "content": "Please go ahead."}]
+        second = client(gw, **{"X-Conversation-Id": "c1"}).chat.completions.create(model="assistant", messages=history)
+    assert office.calls_of("send_email") == []
+    assert second.model_extra["toolgate"]["held"][0]["reason"] == (
+        "the value of `to` appears in an earlier answer of the model, and not in the user's messages")
+
+
+def test_a_streamed_answer_with_no_text_starts_with_the_notice(
+    upstream: ScriptedUpstream, office_server: ServerThread,
+) -> None:
+    # R: T3
+    upstream.push(Reply(tool_calls=[("read_inbox", {})]), Reply(tool_calls=[("send_email", {"to": ATTACKER_EMAIL})]),
+                  Reply(content=None))
+    with running_gateway(config(upstream, office_server, {"firewall": {"egress": {"enabled": False}}})) as gw:
+        chunks = list(ask(gw, "Summarise my inbox.", stream=True))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.startswith("[toolgate] 1 tool call not run")

@@ -40,7 +40,7 @@ def test_a_value_occurs_only_as_whole_words_after_folding() -> None:
     assert fold("Ｅｖｅ\u200b  Stone") == "eve stone"
 
 
-def test_the_clients_roles_are_trusted_and_its_tool_results_are_not() -> None:
+def test_the_persons_roles_are_trusted_and_tool_results_and_earlier_answers_are_not() -> None:
     # R: T1
     p = Provenance.from_messages([
         {"role": "user", "content": [{"type": "text", "text": "hello"}]},
@@ -49,8 +49,8 @@ def test_the_clients_roles_are_trusted_and_its_tool_results_are_not() -> None:
         {"role": "tool", "tool_call_id": "1", "content": "from the tool"},
     ])
     assert [(s.origin, s.source, s.trusted) for s in p.segments] == [
-        ("client", "user", True), ("client", "assistant", True), ("client_tool_result", "tool", False)]
-    assert p.has_untrusted and p.trusted_has('"q": "x"')
+        ("client", "user", True), ("assistant", "assistant", False), ("client_tool_result", "tool", False)]
+    assert p.has_untrusted and p.untrusted_source('"q": "x"') is not None and not p.trusted_has('"q": "x"')
 
 
 def test_values_are_whole_short_strings_numbers_and_the_structured_tokens_inside_any_string() -> None:
