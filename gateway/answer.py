@@ -5,13 +5,15 @@
 - Calls the firewall held are reported once the answer is written: in the `toolgate` summary
   (`held`: tool, arguments, reason, and the `confirm <code>` text where the person can confirm),
   and as a notice after the answer's text, so a person reading a plain chat UI sees the exact tool
-  and arguments and how to run them. The notice is the gateway's, not the model's: a fooled model
-  can neither hide nor forge it.
+  and arguments and how to run them. The notice is the gateway's, written after the model's text:
+  arguments are shown as code (a link in them is never rendered) and names the model chose appear
+  only when they are plain identifiers.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from gateway.loop import Ending
@@ -37,12 +39,21 @@ def held_notice(held: list[HeldCall]) -> str:
     lines = [f"[toolgate] {len(held)} tool call{'s' if len(held) > 1 else ''} not run: "
              "the request's context holds data from tools, which may carry instructions you did not give."]
     for h in held:
-        shown = json.dumps(h.call.arguments, ensure_ascii=False)
+        shown = json.dumps(h.call.arguments, ensure_ascii=False)  # one line: newlines are escaped
         if len(shown) > MAX_SHOWN_ARGUMENTS:
             shown = shown[:MAX_SHOWN_ARGUMENTS] + " …"
         how = f" To run it, reply: {h.confirm}" if h.confirm else ""
-        lines.append(f"- {h.call.exposed} {shown}: {h.hold.reason}.{how}")
+        lines.append(f"- {_code(h.call.exposed)} {_code(shown)}: {h.hold.reason}.{how}")
     return "\n\n" + "\n".join(lines)
+
+
+def _code(text: str) -> str:
+    """`text` as a markdown code span (CommonMark: a fence longer than any backtick run inside), so
+    a link or image in a held call's arguments is shown, never rendered or fetched (T5)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def finish_completion(completion: dict[str, Any], held: list[HeldCall]) -> dict[str, Any]:

@@ -143,21 +143,25 @@ class Chain:
         held: dict[str, str] = {}
         for raw in calls:
             name = raw["function"]["name"]
+            text = raw["function"]["arguments"] or "{}"
             try:
-                args = json.loads(raw["function"]["arguments"] or "{}")
+                args = json.loads(text)
             except ValueError:
-                args = {}
-            call = ToolCall(name, "client", name, args if isinstance(args, dict) else {}, "side_effect", client=True)
+                args = None
+            if not isinstance(args, dict):  # a lenient client may still parse it: judge the text itself
+                args = {"arguments": text}
+            call = ToolCall(name, "client", name, args, "side_effect", client=True)
             hold = await self.check_tool_call(ctx, call)
             if hold is not None:
                 held[raw["id"]] = self.held(ctx, call, hold)
         return held
 
-    async def confirmed(self, ctx: PluginContext, request: ChatRequest) -> ChatRequest:
+    async def confirmed(self, ctx: PluginContext, request: ChatRequest, said: ChatRequest) -> ChatRequest:
         """A user turn made only of `confirm <code>` phrases runs those held calls of this
         conversation and caller, and the model reads what they returned (T4). Unknown, expired
-        or foreign codes run nothing and say so."""
-        messages = request.get("messages") or []
+        or foreign codes run nothing and say so. The codes are read from what the client `said`
+        (before prefetch and resources were appended); the results go into `request`."""
+        messages = said.get("messages") or []
         last = messages[-1] if messages else None
         if ctx.conversation_key is None or not isinstance(last, dict) or last.get("role") != "user":
             return request
@@ -173,7 +177,6 @@ class Chain:
             plugin = self._by_id.get(call.server)
             text = await self._run_confirmed(ctx, plugin, call) if plugin is not None else "the tool failed: its server is gone"
             shown = json.dumps(call.arguments, ensure_ascii=False)
-            ctx.provenance.add("client", "client", "confirmation", shown, trusted=True)  # the person saw and approved them
             blocks.append(ContextBlock(f"Confirmed by the user: {call.exposed}", f"Arguments: {shown}\nResult:\n{text}"))
         return inject(request, blocks)
 

@@ -126,8 +126,9 @@ class ChatHandler:
 
     async def _prepare(self, route: Route, ctx: PluginContext, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, GatewayTool]]:
         """Run `before_model`, gather gateway tools, and build the upstream body."""
+        said = body
         body = await route.chain.before_model(ctx, body)
-        body = await route.chain.confirmed(ctx, body)
+        body = await route.chain.confirmed(ctx, body, said)
         client_names = _client_tool_names(body)
         table = await route.chain.tools(ctx, client_names)
         upstream_body = {**body, "model": route.upstream_model}

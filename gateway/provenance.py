@@ -24,14 +24,18 @@ from typing import Any, Literal
 
 from gateway.content import message_text
 
-Origin = Literal["client", "client_tool_result", "assistant", "tool_result", "prefetch", "resource", "vetted_call"]
-"""`vetted_call`: the arguments of a call that acts and that the firewall let run: its values were
-the client's or the model's own, so a tool echoing them back does not make them untrusted."""
+Origin = Literal["client", "client_tool_result", "assistant", "tool_result", "prefetch", "resource"]
 
 TRUSTED_ROLES = frozenset({"system", "developer", "user"})
 _JOINERS = frozenset("-./:,")
 """Characters that join digits into one number (a date, a decimal, a time, thousands)."""
-_INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
+_INVISIBLE = dict.fromkeys([
+    0x00AD, 0x034F, 0x061C, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180E, 0x3164, 0xFEFF, 0xFFA0,
+    *range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2060, 0x2070), *range(0xFE00, 0xFE10),
+    *range(0xE0000, 0xE0080), *range(0xE0100, 0xE01F0),
+])
+"""Zero-width, bidirectional, tag and variation-selector characters: invisible, so a value spelled
+with them is the same value."""
 
 
 def fold(text: str) -> str:
@@ -96,6 +100,10 @@ class Provenance:
     def __init__(self) -> None:
         self.segments: list[Segment] = []
         self.flags: list[Flag] = []
+        self.vetted: set[str] = set()
+        """Folded values of calls that acted and were let run, or that the person confirmed: equal
+        values count as trusted (a tool echoing them back does not hold the next call). Compared
+        whole, never as a part of a longer text, so a value cannot be laundered inside a sentence."""
 
     @classmethod
     def from_messages(cls, messages: Iterable[Any]) -> "Provenance":
@@ -136,8 +144,8 @@ class Provenance:
         return any(not s.trusted for s in self.segments)
 
     def trusted_has(self, folded: str) -> bool:
-        """Whether a folded value occurs in trusted context."""
-        return any(s.trusted and occurs(folded, s.text) for s in self.segments)
+        """Whether a folded value occurs in trusted context, or is a vetted value."""
+        return folded in self.vetted or any(s.trusted and occurs(folded, s.text) for s in self.segments)
 
     def untrusted_source(self, folded: str) -> Segment | None:
         """The first untrusted piece a folded value occurs in, or None."""

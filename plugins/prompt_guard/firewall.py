@@ -20,6 +20,7 @@ would do and where its values came from.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from gateway.plugins import Hold, ToolCall
@@ -27,6 +28,7 @@ from gateway.provenance import Provenance, Segment
 from plugins.prompt_guard.config import FirewallConfig
 from plugins.prompt_guard.values import Value, call_values
 
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 ORIGINS = {
     "tool_result": "the result of",
     "client_tool_result": "a tool result the client sent",
@@ -48,7 +50,7 @@ def _where(segment: Segment) -> str:
     origin = ORIGINS.get(segment.origin, segment.origin)
     if segment.origin in ("client_tool_result", "assistant"):
         return origin
-    return f"{origin} {segment.source} ({segment.server})"
+    return f"{origin} {safe_name(segment.source)} ({segment.server})"
 
 
 def _skipped(call: ToolCall, config: FirewallConfig) -> frozenset[str]:
@@ -96,22 +98,27 @@ def decide(call: ToolCall, provenance: Provenance, config: FirewallConfig) -> Ho
     if provenance.flags:
         flag = provenance.flags[0]
         return Hold(
-            f"the result of {flag.source} ({flag.server}) looks like a prompt injection, so no tool that acts "
+            f"the result of {safe_name(flag.source)} ({flag.server}) looks like a prompt injection, so no tool that acts "
             "runs in this conversation turn without the user's confirmation", "flagged_context", confirm,
         )
     found = taints(call, provenance, config)
     if not found:
         return None
-    named = "; ".join(f"the value of `{t.argument}` appears in {_where(t.segment)}" for t in found[:4])
+    named = "; ".join(f"the value of `{safe_name(t.argument)}` appears in {_where(t.segment)}" for t in found[:4])
     return Hold(f"{named}, and not in the user's messages", "untrusted_argument", confirm)
 
 
-def vetted_arguments(call: ToolCall, config: FirewallConfig) -> dict[str, object]:
-    """The arguments of a call that acts and was let run, as trusted context from then on (a tool
-    that echoes them back does not make them untrusted), but those the operator exempted (their
-    values were never judged)."""
-    skipped = _skipped(call, config)
-    return {k: v for k, v in call.arguments.items() if k not in skipped}
+def vet(call: ToolCall, provenance: Provenance, config: FirewallConfig) -> None:
+    """Record the values of a call that acts and was let run as vetted (compared whole from then
+    on), but those the operator exempted (they were never judged)."""
+    for value in call_values(call.arguments, _skipped(call, config)):
+        provenance.vetted.update(value.spellings)
+
+
+def safe_name(name: str) -> str:
+    """An argument or tool name as the notice, logs and metrics may show it: the model chooses
+    names, so anything but a plain identifier is shown as a placeholder."""
+    return name if _NAME.fullmatch(name) else "(unnamed)"
 
 
 def spotlight(text: str, marker: str, label: str) -> str:

@@ -10,7 +10,6 @@ counted, and the request goes on.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import time
@@ -24,7 +23,7 @@ from gateway.plugins import (
 from plugins.prompt_guard.answer_egress import EgressFilter, neutralise_answer
 from plugins.prompt_guard.classifier import DEFAULT_MODEL, LinearModel
 from plugins.prompt_guard.config import PromptGuardConfig
-from plugins.prompt_guard.firewall import decide, spotlight, vetted_arguments
+from plugins.prompt_guard.firewall import decide, safe_name, spotlight, vet
 from plugins.prompt_guard.metrics import GuardMetrics, guard_metrics
 from plugins.prompt_guard.rulepack import DEFAULT_RULES, load_rules
 from plugins.prompt_guard.scanner import NEURAL_ID, ONNX_ID, Guard, GuardSettings, Verdict
@@ -164,20 +163,21 @@ class PromptGuardPlugin(Plugin):
         hold = decide(call, ctx.provenance, firewall)
         if hold is None:
             if call.effect != "read_only" and not (call.client and firewall.client_tools == "trust"):
-                vetted = json.dumps(vetted_arguments(call, firewall), ensure_ascii=False)
-                ctx.provenance.add("vetted_call", call.server, call.name, vetted, trusted=True)
+                vet(call, ctx.provenance, firewall)
             return None
         enforce = self.config.mode == "enforce"
         outcome = "held" if enforce else "monitor_held"
+        tool = "(client tool)" if call.client else safe_name(call.name)  # the model names client tools: bounded labels
         if self._metrics is not None:
-            self._metrics.holds.labels(self.id, call.server, call.name[:64], hold.code, outcome).inc()
+            self._metrics.holds.labels(self.id, call.server, tool, hold.code, outcome).inc()
         record = {
             "event": "guard_hold", "guard": self.id, "mode": self.config.mode, "outcome": outcome,
-            "server": call.server, "tool": call.name, "rule": hold.code, "arguments": sorted(call.arguments)[:32],
+            "server": call.server, "tool": safe_name(call.name), "rule": hold.code,
+            "arguments": sorted({safe_name(str(name)) for name in call.arguments})[:32],
             "confirmable": hold.confirm_seconds is not None and ctx.conversation_key is not None,
             "request_id": ctx.request_id, "route": ctx.route,
         }
-        log.warning("guard %s: %s/%s (%s)", outcome, call.server, call.name, hold.code, extra=record)
+        log.warning("guard %s: %s/%s (%s)", outcome, call.server, safe_name(call.name), hold.code, extra=record)
         return hold if enforce else None
 
     def present(self, ctx: PluginContext, item: InspectItem, text: str) -> str:

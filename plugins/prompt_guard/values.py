@@ -25,19 +25,22 @@ WHOLE_MAX = 200
 """Longer strings are free text: only their structured tokens count."""
 WHOLE_MIN = 3
 """Shorter strings (`no`, `ok`, `a`) are in every text and carry nothing worth holding for."""
-MAX_VALUES = 2000
-"""A call with more values than this is judged on its first ones (arguments are bounded upstream)."""
+MAX_VALUES = 256
+"""A call with more values than this is judged on its first ones."""
+SCAN_CHARS = 16384
+"""Structured tokens are looked for in the first and last half of this many characters of a string
+(bounded work per argument, as prompt_guard's scanner bounds an item, P5)."""
 
 _URL_CHARS = r"[^\s<>\"'`()\[\]{}]"
 _STRUCTURED = tuple(re.compile(p) for p in (
-    rf"(?:https?://|www\.){_URL_CHARS}+",                            # URLs
-    r"[a-z0-9._%+-]+@[a-z0-9-]+(?:\.[a-z0-9-]+)+",                   # e-mail addresses
-    r"\b[a-z]{2}\d{2}(?:\s?[a-z0-9]{4}){2,7}(?:\s?[a-z0-9]{1,4})?\b",   # IBAN-like account numbers
-    r"\b(?:[a-z0-9-]+\.)+[a-z]{2,}\b",                               # host and domain names
-    r"\+?\d[\d\s().-]{6,}\d",                                        # phone numbers, long digit runs
-    r"(?:~|\.{1,2})?(?:/[\w.-]+){2,}",                                # paths
-    r"\b[\w-]+\.(?:txt|pdf|docx?|xlsx?|csv|pptx?|json|md|png|jpe?g|zip|html?)\b",   # file names
-    r"[?&][^=&#\s]+=([^&#\s]{4,})",                                   # URL query values
+    rf"(?:https?://|www\.){_URL_CHARS}+",                                    # URLs
+    r"(?<![a-z0-9._%+-])[a-z0-9._%+-]+@[a-z0-9-]+(?:\.[a-z0-9-]+)+",         # e-mail addresses
+    r"\b[a-z]{2}\d{2}(?:[\s-]?[a-z0-9]{4}){2,7}(?:[\s-]?[a-z0-9]{1,4})?\b",  # IBAN-like account numbers
+    r"(?<![a-z0-9.-])[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}\b",              # host and domain names
+    r"(?<![\d+])\+?\d[\d\s().-]{6,}\d",                                     # phone numbers, long digit runs
+    r"(?<![\w./~-])(?:~|\.{1,2})?(?:/[\w.-]+){2,}",                           # paths
+    r"(?<![\w-])[\w-]+\.(?:txt|pdf|docx?|xlsx?|csv|pptx?|json|md|png|jpe?g|zip|html?)\b",   # file names
+    r"[?&][^=&#\s?]+=([^&#\s]{4,})",                                         # URL query values
 ))
 """Each is searched on its own, so tokens inside others count too (the IBAN in a URL's query)."""
 
@@ -57,7 +60,7 @@ def _number_spellings(number: int | float) -> tuple[str, ...]:
         return (str(whole), f"{number}", f"{number:.2f}", f"{whole:,}")
     if isinstance(number, float):
         return (repr(number), f"{number:.2f}", f"{number:,.2f}")
-    return (str(number), f"{number:,}")
+    return (str(number), f"{number:,}", f"{number}.00", f"{number:,}.00")
 
 
 _IBAN = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{8,30}")
@@ -71,7 +74,8 @@ def _spellings(token: str) -> tuple[str, ...]:
     if compact != token and compact.isalnum():
         out.append(compact)
     if _IBAN.fullmatch(compact):
-        out.append(" ".join(compact[i:i + 4] for i in range(0, len(compact), 4)))
+        groups = [compact[i:i + 4] for i in range(0, len(compact), 4)]
+        out += [" ".join(groups), "-".join(groups)]
     return tuple(dict.fromkeys(out))
 
 
@@ -80,8 +84,9 @@ def _string_values(text: str) -> Iterator[tuple[str, ...]]:
     digits = folded.replace(".", "").replace(",", "")
     if len(folded) <= WHOLE_MAX and (len(folded) >= WHOLE_MIN or (digits.isdigit() and len(digits) >= 2)):
         yield _spellings(folded)
+    scanned = folded if len(folded) <= SCAN_CHARS else f"{folded[:SCAN_CHARS // 2]} {folded[-SCAN_CHARS // 2:]}"
     for pattern in _STRUCTURED:
-        for match in pattern.finditer(folded):
+        for match in pattern.finditer(scanned):
             token = match.group(match.lastindex or 0).rstrip(".,;:!?")
             if token == folded or len(token) < 4:
                 continue
