@@ -6,6 +6,7 @@ import logging
 import uuid
 from typing import Any
 
+from gateway.injection import inject
 from gateway.mcp.errors import describe
 from gateway.mcp.pool import SessionPool
 from gateway.mcp.target import MAX_SSE_EVENT_BYTES, McpClients, McpTarget
@@ -14,7 +15,6 @@ from gateway.secrets import SecretSet, resolve_secret
 from plugins.mcp_bridge.config import McpBridgeConfig
 from plugins.mcp_bridge.content import tool_result_text
 from plugins.mcp_bridge.effects import tool_effect
-from gateway.injection import inject
 from plugins.mcp_bridge.metrics import BridgeMetrics
 from plugins.mcp_bridge.operations import call_tool, list_tools
 from plugins.mcp_bridge.prefetch import TOOL_FAILED, ContextGatherer
