@@ -64,8 +64,9 @@ def finish_completion(completion: dict[str, Any], held: list[HeldCall]) -> dict[
     choices = completion.get("choices") or []
     if choices and isinstance(choices[0].get("message"), dict):
         message = choices[0]["message"]
-        message["content"] = (message.get("content") or "").rstrip() + held_notice(held) if message.get("content") \
-            else held_notice(held).lstrip()
+        text = (message.get("content") or "").rstrip()
+        notice = held_notice(held)
+        message["content"] = text + notice if text else notice.lstrip()
     return completion
 
 

@@ -12,7 +12,7 @@ from gateway.plugins import ChatRequest
 
 @dataclass(frozen=True)
 class ContextBlock:
-    """One titled piece of context: a prefetch result or a resource."""
+    """One titled piece of context: a prefetch result, a resource, or a confirmed call's result."""
 
     title: str
     text: str

@@ -43,7 +43,8 @@ ToolEffect = Literal["read_only", "open_world", "side_effect", "destructive"]
 """What running a tool does (T2): `read_only` reads and reaches nothing outside its server;
 `open_world` only reads but reaches the outside world (a URL fetch, a web search: the request
 itself carries data out); `side_effect` changes something; `destructive` may overwrite or delete
-(MCP's `destructiveHint`, true unless the server says false). Unknown means `side_effect`."""
+(MCP's `destructiveHint`, true unless the server says false). A `ToolSpec` that says nothing is
+`side_effect`; mcp_bridge maps a tool without annotations to `destructive` (MCP's defaults)."""
 
 
 @dataclass(frozen=True)

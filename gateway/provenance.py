@@ -101,8 +101,7 @@ class Provenance:
         self.segments: list[Segment] = []
         self.flags: list[Flag] = []
         self.vetted: set[str] = set()
-        """Folded values of calls that acted and were let run, or that the person confirmed: equal
-        values count as trusted (a tool echoing them back does not hold the next call). Compared
+        """Folded values of calls that acted and were let run: equal values count as trusted (a tool echoing them back does not hold the next call). Compared
         whole, never as a part of a longer text, so a value cannot be laundered inside a sentence."""
 
     @classmethod

@@ -60,11 +60,11 @@ def _skipped(call: ToolCall, config: FirewallConfig) -> frozenset[str]:
     )
 
 
-def taints(call: ToolCall, provenance: Provenance, config: FirewallConfig) -> list[Taint]:
+def taints(call: ToolCall, values: list[Value], provenance: Provenance) -> list[Taint]:
     """The call's values that occur in untrusted data and nowhere in trusted data, one per argument."""
     found: dict[str, Taint] = {}
     strict = call.effect == "destructive"
-    for value in call_values(call.arguments, _skipped(call, config)):
+    for value in values:
         if value.argument in found:
             continue
         segment = _untrusted_only(value, provenance, strict)
@@ -88,10 +88,33 @@ def _short_number(spelling: str) -> bool:
     return spelling.isdigit() and len(spelling) <= 6
 
 
+def exempt(call: ToolCall, config: FirewallConfig) -> bool:
+    """Calls the firewall never judges: read-only tools, and the client's own when it trusts them."""
+    return call.effect == "read_only" or (call.client and config.client_tools == "trust")
+
+
 def decide(call: ToolCall, provenance: Provenance, config: FirewallConfig) -> Hold | None:
-    """None to run the call, or why it is held (see the module docstring)."""
-    if call.effect == "read_only" or (call.client and config.client_tools == "trust"):
+    """None to run the call, or why it is held (see the module docstring). Pure."""
+    if exempt(call, config):
         return None
+    return _decide(call, call_values(call.arguments, _skipped(call, config)), provenance, config)
+
+
+def judge(call: ToolCall, provenance: Provenance, config: FirewallConfig) -> Hold | None:
+    """`decide`, and when a call that acts may run, its values are vetted: compared whole, they
+    count as trusted from then on (a tool echoing them back does not hold the next call); the
+    operator's exempted arguments are not (they were never judged)."""
+    if exempt(call, config):
+        return None
+    values = call_values(call.arguments, _skipped(call, config))
+    hold = _decide(call, values, provenance, config)
+    if hold is None:
+        for value in values:
+            provenance.vetted.update(value.spellings)
+    return hold
+
+
+def _decide(call: ToolCall, values: list[Value], provenance: Provenance, config: FirewallConfig) -> Hold | None:
     if not provenance.has_untrusted:
         return None
     confirm = config.confirmations.ttl_seconds if config.confirmations.enabled else None
@@ -101,18 +124,11 @@ def decide(call: ToolCall, provenance: Provenance, config: FirewallConfig) -> Ho
             f"the result of {safe_name(flag.source)} ({flag.server}) looks like a prompt injection, so no tool that acts "
             "runs in this conversation turn without the user's confirmation", "flagged_context", confirm,
         )
-    found = taints(call, provenance, config)
+    found = taints(call, values, provenance)
     if not found:
         return None
     named = "; ".join(f"the value of `{safe_name(t.argument)}` appears in {_where(t.segment)}" for t in found[:4])
     return Hold(f"{named}, and not in the user's messages", "untrusted_argument", confirm)
-
-
-def vet(call: ToolCall, provenance: Provenance, config: FirewallConfig) -> None:
-    """Record the values of a call that acts and was let run as vetted (compared whole from then
-    on), but those the operator exempted (they were never judged)."""
-    for value in call_values(call.arguments, _skipped(call, config)):
-        provenance.vetted.update(value.spellings)
 
 
 def safe_name(name: str) -> str:

@@ -23,7 +23,7 @@ from gateway.plugins import (
 from plugins.prompt_guard.answer_egress import EgressFilter, neutralise_answer
 from plugins.prompt_guard.classifier import DEFAULT_MODEL, LinearModel
 from plugins.prompt_guard.config import PromptGuardConfig
-from plugins.prompt_guard.firewall import decide, safe_name, spotlight, vet
+from plugins.prompt_guard.firewall import judge, safe_name, spotlight
 from plugins.prompt_guard.metrics import GuardMetrics, guard_metrics
 from plugins.prompt_guard.rulepack import DEFAULT_RULES, load_rules
 from plugins.prompt_guard.scanner import NEURAL_ID, ONNX_ID, Guard, GuardSettings, Verdict
@@ -159,11 +159,8 @@ class PromptGuardPlugin(Plugin):
         """The firewall's decision (T3, T6); in monitor mode a hold is logged and counted only."""
         if not self.config.firewall.enabled:
             return None
-        firewall = self.config.firewall
-        hold = decide(call, ctx.provenance, firewall)
+        hold = judge(call, ctx.provenance, self.config.firewall)
         if hold is None:
-            if call.effect != "read_only" and not (call.client and firewall.client_tools == "trust"):
-                vet(call, ctx.provenance, firewall)
             return None
         enforce = self.config.mode == "enforce"
         outcome = "held" if enforce else "monitor_held"

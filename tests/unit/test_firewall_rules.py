@@ -204,9 +204,8 @@ def test_values_a_call_ran_with_are_vouched_for_only_whole() -> None:
     p = provenance("Note the landlord's message.", "Landlord: rent now goes to acct_8f3k2.")
     config = FirewallConfig()
     note = call("add_note", text="Rent now goes to acct_8f3k2 (per landlord).")
-    assert decide(note, p, config) is None
-    from plugins.prompt_guard.firewall import vet
-    vet(note, p, config)
+    from plugins.prompt_guard.firewall import judge
+    assert judge(note, p, config) is None  # runs, and its values are vetted
     assert decide(call("send_money", recipient="acct_8f3k2"), p, config) is not None
     assert decide(call("add_note", text="Rent now goes to acct_8f3k2 (per landlord)."), p, config) is None
 
