@@ -51,7 +51,7 @@ def neutralise_answer(response: dict[str, Any], provenance: Provenance, settings
     message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
     if not isinstance(message, dict) or not isinstance(message.get("content"), str):
         return
-    text, done = neutralise(message["content"], policy_of(settings), _Context(provenance).sync())
+    text, done = neutralise(message["content"], policy_of(settings), _Context(provenance).context)
     message["content"] = text
     _report(done, count)
 

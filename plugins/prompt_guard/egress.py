@@ -239,15 +239,20 @@ class EgressContext:
         self.tokens: set[str] = set()
         self.urls: set[str] = set()
         self.has_untrusted = False
-        for text in trusted:
-            self._learn(text)
+        self._trusted = list(trusted)
+        """Learned only once an untrusted text arrives: without one nothing reads `tokens` or `urls`
+        (most answers), so a request without tool output pays nothing here."""
         for text in untrusted:
             self.add_untrusted(text)
 
     def add_untrusted(self, text: str) -> None:
         """Adds one untrusted text (a tool result that just came back)."""
         if text:
-            self.has_untrusted = True
+            if not self.has_untrusted:
+                self.has_untrusted = True
+                for known in self._trusted:
+                    self._learn(known)
+                self._trusted = []
             self._learn(text)
 
     def _learn(self, text: str) -> None:
