@@ -21,7 +21,7 @@ from agentdojo.functions_runtime import FunctionCall, FunctionsRuntime
 from mcp.server import Server
 
 from bench.agentdojo.annotations import ANNOTATIONS
-from bench.agentdojo.http_thread import ServerThread
+from tests.support.http_server import ServerThread
 from bench.agentdojo.suites import suites
 
 

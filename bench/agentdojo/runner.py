@@ -23,7 +23,7 @@ from agentdojo.functions_runtime import FunctionCall
 from agentdojo.types import text_content_block_from_string
 
 from bench.agentdojo.gateway_proc import Gateway, Source
-from bench.agentdojo.http_thread import ServerThread
+from tests.support.http_server import ServerThread
 from bench.agentdojo.mcp_server import SuiteServer
 from bench.agentdojo.rows import UPSTREAM_KEY_ENV, Row, gateway_config, route_name
 from bench.agentdojo.scripted_model import Script, ScriptedModel
