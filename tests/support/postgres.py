@@ -144,6 +144,11 @@ class Cluster:
         self._as_postgres(BIN / "initdb", "-D", str(self.data), *auth, "--username", USER, "-E", "UTF8")
         self.start()
 
+    @property
+    def socket_dir(self) -> str:
+        """Where the server's Unix socket is (`PGHOST` for psql): connections there are trusted."""
+        return self._dir
+
     def _as_postgres(self, *command: str | Path) -> None:
         args = [str(c) for c in command]
         if os.geteuid() == 0:

@@ -59,7 +59,7 @@ def _mounts(service: dict[str, Any]) -> dict[str, str]:
 def test_compose_runs_three_gateway_replicas_haproxy_and_postgres() -> None:
     # R: S3
     services = _compose()["services"]
-    assert set(services) == {"gateway-1", "gateway-2", "gateway-3", "haproxy", "postgres"}
+    assert set(services) == {"gateway-1", "gateway-2", "gateway-3", "migrate", "haproxy", "postgres"}
     gateways = [services[f"gateway-{i}"] for i in (1, 2, 3)]
     assert all(g == gateways[0] for g in gateways)  # one definition (a YAML anchor), three replicas
     build = gateways[0]["build"]
@@ -79,7 +79,7 @@ def test_haproxy_sends_to_exactly_the_compose_replicas_on_the_port_the_image_ser
     assert services["gateway-1"]["expose"] == ["8080"]
     bind = next(line.split()[1] for line in (DEPLOY / "haproxy.cfg").read_text().splitlines() if line.strip().startswith("bind "))
     published = services["haproxy"]["ports"]
-    assert bind == ":8080" and published == ["8080:8080"]
+    assert bind == ":8080" and published == ["${TOOLGATE_PUBLISH_ADDRESS:-127.0.0.1}:8080:8080"]
 
 
 def test_mounted_configs_exist_where_the_image_and_haproxy_read_them() -> None:
@@ -133,13 +133,18 @@ def test_the_deploy_docs_show_the_files_as_shipped() -> None:
         assert (DEPLOY / name).read_text() in docs, f"docs/deploy.md shows an old deploy/{name}"
 
 
-def test_the_replicas_share_the_compose_files_postgresql() -> None:
-    # R: S1, S3
+def test_the_replicas_share_the_compose_files_postgresql_as_a_role_that_owns_nothing() -> None:
+    # R: S1, S3 -- the roles themselves are made and tried for real in tests/integration/test_deploy_roles.py
     services = _compose()["services"]
     bridge = yaml.safe_load((DEPLOY / "toolgate.yaml").read_text())["bridge"]
     url = urlsplit(bridge["database"])
-    postgres = services[url.hostname]["environment"]
-    assert (url.scheme, url.port, url.username, url.path) == ("postgresql", 5432, postgres["POSTGRES_USER"],
-                                                              "/" + postgres["POSTGRES_DB"])
-    assert bridge["databasePassword"] == "env:POSTGRES_PASSWORD"
-    assert "POSTGRES_PASSWORD" in services["gateway-1"]["environment"]
+    init = (DEPLOY / "postgres-init.sh").read_text()
+    assert (url.scheme, url.port, url.hostname, url.path) == ("postgresql", 5432, "postgres", "/toolgate")
+    assert f"CREATE ROLE {url.username} LOGIN" in init and not re.search(rf"OWNER {url.username}\b", init)
+    assert "POSTGRES_USER" not in services["postgres"]["environment"]  # the superuser is the image's `postgres`
+    assert bridge["databasePassword"] == "env:TOOLGATE_DB_PASSWORD"
+    assert "TOOLGATE_DB_PASSWORD" in services["gateway-1"]["environment"]
+    migrate = services["migrate"]["command"]
+    owner = urlsplit(migrate[migrate.index("--database") + 1])
+    assert (owner.hostname, owner.port, owner.path) == ("postgres", 5432, "/toolgate") and owner.username != url.username
+    assert f"CREATE DATABASE toolgate OWNER {owner.username};" in init
