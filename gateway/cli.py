@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway import __version__
-from gateway.config import Config, load_checked
+from gateway.config import Config, is_loopback, load_checked, remote_without_auth
+
+log = logging.getLogger("toolgate.serve")
 
 
 def _report(problems: list[str]) -> None:
@@ -17,11 +20,15 @@ def _report(problems: list[str]) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    config, problems = load_checked(args.path)
+    if (args.path is None) == (args.config is None):
+        print("toolgate check: give the config file once, as PATH or --config PATH", file=sys.stderr)
+        return 2
+    path = args.path or args.config
+    config, problems = load_checked(path)
     _report(problems)
     if config is None or problems:
         return 1
-    print(f"{args.path}: ok ({len(config.routes)} route(s), {len(config.upstreams)} upstream(s))")
+    print(f"{path}: ok ({len(config.routes)} route(s), {len(config.upstreams)} upstream(s))")
     return 0
 
 
@@ -37,9 +44,15 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
+    if config.auth.mode == "none" and not is_loopback(host) and not config.server.allow_remote_without_auth:
+        _report([f"toolgate serve: --host {remote_without_auth(host)}"])
+        return 2
     configure_logging(config.server.log_level)
     app = create_app(config)
     configure_logging(config.server.log_level, app.state.gateway.secrets)
+    if config.auth.mode == "none":
+        scope = "loopback only" if is_loopback(host) else "NOT loopback: server.allow_remote_without_auth is set"
+        log.warning("auth is off (auth.mode: none): every caller is served anonymously; listening on %s:%s (%s)", host, port, scope)
     uvicorn.run(app, host=host, port=port, **server_options(config))
     return 0
 
@@ -58,12 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the gateway")
     serve.add_argument("--config", required=True, help="path of the YAML config")
-    serve.add_argument("--host", default=None, help="bind address (default: server.host, 127.0.0.1)")
+    serve.add_argument("--host", default=None, help="bind address (default: server.host, 127.0.0.1); with auth.mode none,"
+                       " loopback only unless server.allow_remote_without_auth")
     serve.add_argument("--port", type=int, default=None, help="port (default: server.port, 8080)")
     serve.set_defaults(func=_serve)
 
-    check = sub.add_parser("check", help="validate a config file; one line per problem")
-    check.add_argument("path", help="the YAML config to check")
+    check = sub.add_parser("check", help="validate a config file; one line per problem, file:line:column first")
+    check.add_argument("path", nargs="?", default=None, help="the YAML config to check")
+    check.add_argument("--config", default=None, help="the same, as an option (like serve's)")
     check.set_defaults(func=_check)
 
     for register in _registrars():

@@ -1,21 +1,24 @@
 """The gateway's one YAML file, typed (G8).
 
 `load_config(path)` returns a `Config` or raises `ConfigError` whose `.problems` lists every
-problem as `file: dotted.path: what was expected`.
+problem as `file:line:column: dotted.path: what was expected` (D4); a key given twice in one
+mapping is one of them (gateway.yaml_document reads every operator's YAML file).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.bridge.config import BridgeConfig
 from gateway.registry import PLUGIN_TYPES, PluginConfig, plugin_id
 from gateway.secrets import SecretRef, unreadable_secrets
+from gateway.yaml_document import YamlDocument, YamlProblem, read_yaml
 
 
 class _Strict(BaseModel):
@@ -23,7 +26,12 @@ class _Strict(BaseModel):
 
 
 class ServerSettings(_Strict):
-    host: str = "127.0.0.1"
+    host: str = Field(default="127.0.0.1", description="bind address; with `auth.mode: none` only a loopback one, unless"
+                      " `allow_remote_without_auth`")
+    allow_remote_without_auth: bool = Field(
+        default=False, description="with `auth.mode: none`, serve a non-loopback address anyway (anyone who reaches it"
+        " is served, its tools and upstream keys included)",
+    )
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, description="larger bodies get 413")
     request_timeout_seconds: float = Field(default=600, gt=0, description="budget for one request, tool rounds included")
@@ -228,7 +236,29 @@ def reference_problems(data: Any) -> list[tuple[str, str]]:
     mode = auth.get("mode", "none") if isinstance(auth, dict) else "none"
     if isinstance(server, dict) and server.get("metrics_auth") is True and mode == "none":
         problems.append(("server.metrics_auth", "needs a credential to check: set auth.mode to api_keys, jwt or oauth"))
+    if mode == "none" and isinstance(server, dict) and isinstance(server.get("host"), str):
+        if not is_loopback(server["host"]) and server.get("allow_remote_without_auth") is not True:
+            problems.append(("server.host", remote_without_auth(server["host"])))
     return problems
+
+
+def is_loopback(host: str) -> bool:
+    """Is `host` a loopback bind address (`localhost`, 127.0.0.0/8, ::1)? A name other than
+    `localhost` may resolve anywhere, so it is not."""
+    host = host.strip().removeprefix("[").removesuffix("]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def remote_without_auth(host: str) -> str:
+    """Why a non-loopback bind address is refused while auth is off, and the way out."""
+    return (f"{host!r} is not a loopback address and auth.mode is 'none': anyone who reaches it would use this gateway, "
+            "its tools and its upstream keys; set auth.mode (api_keys, jwt or oauth), bind 127.0.0.1, or set "
+            "server.allow_remote_without_auth: true to serve it anyway")
 
 
 class ConfigError(Exception):
@@ -245,50 +275,57 @@ def _dotted(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "(top level)"
 
 
-def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = None) -> Config:
-    """Validate already-parsed YAML/JSON data."""
+def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = None,
+                 document: YamlDocument | None = None) -> Config:
+    """Validate already-parsed YAML/JSON data. With the `document` it was read from, every problem
+    names `file:line:column` and keys given twice are problems too (D4); without, just `source`."""
+    at: Callable[[str], str] = document.where if document is not None else (lambda dotted: source)
     if not isinstance(data, dict):
-        raise ConfigError([f"{source}: (top level): expected a mapping of sections"])
-    references = [f"{source}: {path}: {message}" for path, message in reference_problems(data)]
+        raise ConfigError([f"{at('')}: (top level): expected a mapping of sections"])
+    duplicates = document.duplicate_problems() if document is not None else []
+    references = [f"{at(path)}: {path}: {message}" for path, message in reference_problems(data)]
     try:
         config = Config.model_validate({**data, "base_dir": base_dir or Path(".")})
     except ValidationError as exc:
-        schema = [f"{source}: {_dotted(err['loc'])}: {err['msg'].removeprefix('Value error, ')}" for err in exc.errors()]
-        raise ConfigError(schema + references) from None  # every problem in one pass (A4)
-    if references:
-        raise ConfigError(references)
+        schema = [_problem(at, _dotted(err["loc"]), err["msg"].removeprefix("Value error, ")) for err in exc.errors()]
+        raise ConfigError(duplicates + schema + references) from None  # every problem in one pass (A4)
+    if duplicates or references:
+        raise ConfigError(duplicates + references)
     return config
 
 
-def _read_yaml(path: Path) -> Any:
+def _problem(at: Callable[[str], str], dotted: str, message: str) -> str:
+    return f"{at(dotted)}: {dotted}: {message}"
+
+
+def _read_yaml(path: Path) -> YamlDocument:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
-        raise ConfigError([f"{path}: (yaml): not valid YAML at {where}: {getattr(exc, 'problem', exc)}"]) from None
+        return read_yaml(path)
+    except YamlProblem as exc:
+        raise ConfigError([exc.problem]) from None
 
 
 def load_config(path: str | Path) -> Config:
+    """The config in the YAML file at `path`, or `ConfigError` listing every problem with its place."""
     path = Path(path)
-    return parse_config(_read_yaml(path), str(path), path.parent.resolve())
+    document = _read_yaml(path)
+    return parse_config(document.data, str(path), path.parent.resolve(), document)
 
 
 def load_checked(path: str | Path, *, secrets: bool = True) -> tuple[Config | None, list[str]]:
-    """The config and every problem with it in one pass — schema, references between sections,
-    and (with `secrets`) references that cannot be read — for commands that print problems and exit."""
+    """The config and every problem with it in one pass — keys given twice, schema, references
+    between sections, and (with `secrets`) references that cannot be read — each as
+    `file:line:column: dotted.path: message`, for commands that print problems and exit."""
     path = Path(path)
     try:
-        data = _read_yaml(path)
+        document = _read_yaml(path)
     except ConfigError as exc:
         return None, exc.problems
-    unreadable = [f"{path}: {at}: {message}" for at, message in unreadable_secrets(Config, data, path.parent.resolve())] if secrets else []
+    base_dir = path.parent.resolve()
+    found = unreadable_secrets(Config, document.data, base_dir) if secrets else []
+    unreadable = [_problem(document.where, at, message) for at, message in found]
     try:
-        config = parse_config(data, str(path), path.parent.resolve())
+        config = parse_config(document.data, str(path), base_dir, document)
     except ConfigError as exc:
         return None, exc.problems + unreadable
     return config, unreadable

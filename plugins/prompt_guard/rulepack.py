@@ -24,8 +24,7 @@ from itertools import compress, count
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from gateway.yaml_document import YamlProblem, parse_yaml
 from plugins.prompt_guard.normalize import TOKEN_TABLE, normalize
 
 try:  # the optional compiled matchers (setup.py): the same matches, several times faster
@@ -303,12 +302,16 @@ def load_rules(path: str | Path) -> list[Rule]:
     """Read and compile a YAML pack from `path`."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise RulePackError(f"{path}: cannot read rule pack: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise RulePackError(f"{path}: not valid YAML: {exc}") from None
-    return parse_rules(data, str(path))
+    try:
+        document = parse_yaml(text, str(path))  # the gateway's one YAML reader: a key given twice is refused, not dropped
+    except YamlProblem as exc:
+        raise RulePackError(exc.problem) from None
+    if document.duplicates:
+        raise RulePackError("; ".join(document.duplicate_problems()))
+    return parse_rules(document.data, str(path))
 
 
 DEFAULT_RULES = Path(__file__).resolve().parent / "rules" / "default.yaml"

@@ -23,6 +23,16 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
+def place(path: Path, needle: str, occurrence: int = 1) -> str:
+    """`path:line:column` of the `occurrence`-th `needle` in the file (what `check` names, D4)."""
+    text = path.read_text()
+    offset = -1
+    for _ in range(occurrence):
+        offset = text.index(needle, offset + 1)
+    line = text.count("\n", 0, offset) + 1
+    return f"{path}:{line}:{offset - (text.rfind(chr(10), 0, offset) + 1) + 1}"
+
+
 def test_every_problem_is_reported_with_file_and_dotted_path(tmp_path: Path) -> None:
     # R: G8
     path = write(tmp_path, """
@@ -36,11 +46,11 @@ routes:
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     problems = caught.value.problems
-    assert f"{path}: server.port: Input should be less than or equal to 65535" in problems
-    assert f"{path}: upstreams.0: kind 'openai' needs 'api_base' (e.g. http://127.0.0.1:11434/v1)" in problems
-    assert f"{path}: upstreams.1.surprise: Extra inputs are not permitted" in problems
-    assert f"{path}: routes.0.plugins.0.timeoutSeconds: Input should be greater than 0" in problems
-    assert any(p.startswith(f"{path}: routes.0.plugins.1: Input tag 'nope'") for p in problems)
+    assert f"{place(path, 'port')}: server.port: Input should be less than or equal to 65535" in problems
+    assert f"{place(path, '{name: u, kind: openai}')}: upstreams.0: kind 'openai' needs 'api_base' (e.g. http://127.0.0.1:11434/v1)" in problems
+    assert f"{place(path, 'surprise')}: upstreams.1.surprise: Extra inputs are not permitted" in problems
+    assert f"{place(path, 'timeoutSeconds')}: routes.0.plugins.0.timeoutSeconds: Input should be greater than 0" in problems
+    assert any(p.startswith(f"{place(path, '{type: nope}')}: routes.0.plugins.1: Input tag 'nope'") for p in problems)
 
 
 def test_a_literal_secret_in_the_config_is_refused(tmp_path: Path) -> None:
@@ -89,12 +99,12 @@ routes:
 """)
     assert main(["check", str(path)]) == 1
     assert capsys.readouterr().err.splitlines() == [
-        f"{path}: server.port: Input should be less than or equal to 65535",
-        f"{path}: routes.0.upstream: names upstream 'missing', which is not defined in 'upstreams'",
-        f"{path}: routes.0.plugins.0.id: plugin id 'mcp' is used more than once in this chain",
-        f"{path}: routes.0.plugins.1.id: plugin id 'mcp' is used more than once in this chain",
-        f"{path}: server.metrics_auth: needs a credential to check: set auth.mode to api_keys, jwt or oauth",
-        f"{path}: upstreams.0.api_key: environment variable TG_TEST_UNSET_KEY is not set (from env:TG_TEST_UNSET_KEY)",
+        f"{place(path, 'port')}: server.port: Input should be less than or equal to 65535",
+        f"{place(path, 'upstream: missing')}: routes.0.upstream: names upstream 'missing', which is not defined in 'upstreams'",
+        f"{place(path, '{type: mcp_bridge')}: routes.0.plugins.0.id: plugin id 'mcp' is used more than once in this chain",
+        f"{place(path, '{type: mcp_bridge', 2)}: routes.0.plugins.1.id: plugin id 'mcp' is used more than once in this chain",
+        f"{place(path, 'metrics_auth')}: server.metrics_auth: needs a credential to check: set auth.mode to api_keys, jwt or oauth",
+        f"{place(path, 'api_key')}: upstreams.0.api_key: environment variable TG_TEST_UNSET_KEY is not set (from env:TG_TEST_UNSET_KEY)",
     ]
 
 
@@ -117,7 +127,8 @@ def test_unknown_template_tokens_are_config_errors_at_check_and_start_up(
     assert main(["check", str(path)]) == 1
     assert main(["serve", "--config", str(path)]) == 2  # start-up refuses the same file
     err = capsys.readouterr().err
-    assert f"{path}: routes.0.plugins.0.{field}: unknown template token {token}; the tokens are" in err
+    assert f": routes.0.plugins.0.{field}: unknown template token {token}; the tokens are" in err
+    assert f"{place(path, json.dumps(field))}: routes.0.plugins.0.{field}: unknown template token {token}" in err
 
 
 def test_secret_references_resolve_from_env_and_files(tmp_path: Path) -> None:
@@ -144,14 +155,14 @@ def test_check_names_unset_secrets_without_values(tmp_path: Path, monkeypatch: p
     monkeypatch.delenv("TG_TEST_KEY", raising=False)
     path = write(tmp_path, GOOD)
     assert main(["check", str(path)]) == 1
-    assert capsys.readouterr().err == f"{path}: upstreams.0.api_key: environment variable TG_TEST_KEY is not set (from env:TG_TEST_KEY)\n"
+    assert capsys.readouterr().err == f"{place(path, 'api_key')}: upstreams.0.api_key: environment variable TG_TEST_KEY is not set (from env:TG_TEST_KEY)\n"
 
 
 def test_check_reports_broken_yaml_with_its_position(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # R: G10
     path = write(tmp_path, "routes: [unclosed\n")
     assert main(["check", str(path)]) == 1
-    assert capsys.readouterr().err.startswith(f"{path}: (yaml): not valid YAML at line")
+    assert capsys.readouterr().err == f"{path}:2:1: (yaml): not valid YAML: expected ',' or ']', but got '<stream end>'\n"
 
 
 def test_bundled_configs_are_valid() -> None:
