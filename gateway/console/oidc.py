@@ -19,7 +19,7 @@ import hmac
 import logging
 import secrets
 import time
-from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -33,7 +33,8 @@ from starlette.routing import BaseRoute, Route
 from gateway.auth import claims_identity
 from gateway.config import ConsoleClient
 from gateway.console.pages import PAGE_HEADERS, Console, SignInMethod
-from gateway.console.session import is_tls
+from gateway.console.once import OnceTable
+from gateway.console.session import ConsoleFull, is_tls
 from gateway.errors import GatewayError
 from gateway.gateway import Gateway
 from gateway.identity import Identity
@@ -59,7 +60,6 @@ class PendingLogin:
     browser: str = field(repr=False)  # SHA-256 of the login cookie
     verifier: str = field(repr=False)
     nonce: str = field(repr=False)
-    created: float
 
 
 def pkce_pair() -> tuple[str, str]:
@@ -74,24 +74,20 @@ def _digest(value: str) -> str:
 
 
 class PendingLogins:
-    """Sign-ins in progress, by the SHA-256 of their `state`; each is taken once, within `PENDING_SECONDS`."""
+    """Sign-ins in progress, by their `state` (a `OnceTable`): each is taken once, within `PENDING_SECONDS`."""
 
-    def __init__(self, clock: Any = time.monotonic) -> None:
-        self._clock = clock
-        self._table: OrderedDict[str, PendingLogin] = OrderedDict()
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._table = OnceTable[PendingLogin](lifetime_seconds=PENDING_SECONDS, capacity=MAX_PENDING, clock=clock)
 
     def add(self, state: str, login: PendingLogin) -> None:
-        while len(self._table) >= MAX_PENDING:
-            self._table.popitem(last=False)
-        self._table[_digest(state)] = login
+        self._table.put(state, login)
 
     def discard(self, state: str | None) -> None:
-        if state:
-            self._table.pop(_digest(state), None)
+        self._table.discard(state)
 
     def take(self, state: str, browser_cookie: str | None) -> PendingLogin:
-        login = self._table.pop(_digest(state), None)
-        if login is None or self._clock() - login.created > PENDING_SECONDS:
+        login = self._table.take(state)
+        if login is None:
             raise SignInFailed("This sign-in is unknown or expired; please sign in again.")
         if not browser_cookie or not hmac.compare_digest(_digest(browser_cookie), login.browser):
             raise SignInFailed("This sign-in was started in another browser; please sign in again.")
@@ -120,7 +116,7 @@ class OidcSignIn:
             return self.console.sign_in_failed(request, str(exc), 503)
         state, nonce, browser = secrets.token_urlsafe(32), secrets.token_urlsafe(32), secrets.token_urlsafe(32)
         verifier, challenge = pkce_pair()
-        self.pending.add(state, PendingLogin(_digest(browser), verifier, nonce, time.monotonic()))
+        self.pending.add(state, PendingLogin(_digest(browser), verifier, nonce))
         scopes = list(dict.fromkeys(["openid", *self.client.scopes]))
         query = urlencode({
             "response_type": "code", "client_id": self.client.client_id, "redirect_uri": self.redirect_uri,
@@ -155,7 +151,11 @@ class OidcSignIn:
             response.delete_cookie(LOGIN_COOKIE, path="/console/callback", httponly=True, samesite="lax", secure=is_tls(request))
             return response
         self.console.sessions.discard(request)  # a new sign-in replaces the browser's session (no fixation)
-        session = self.console.sessions.create(identity)
+        try:
+            session = self.console.sessions.create(identity)
+        except ConsoleFull:
+            log.warning("console sign-in through the issuer refused: the session table is full")
+            return self.console.sign_in_failed(request, "The console is at its limit of signed-in sessions; please try again later.", 503)
         # a page, not a redirect: the session cookie is SameSite=Strict, and a redirect chain that
         # began at the issuer (another site) would not send it to /console yet
         response = HTMLResponse(_SIGNED_IN, headers=PAGE_HEADERS)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,8 @@ from gateway.api.body import read_body
 from gateway.auth import Authenticator
 from gateway.bridge.api_support import rendered
 from gateway.bridge.federation import owners_of
-from gateway.console.session import ConsoleSessions, check_csrf, is_tls
+from gateway.console.once import OnceTable
+from gateway.console.session import ConsoleFull, ConsoleSessions, check_csrf, is_tls
 from gateway.errors import BadRequest, GatewayError
 from gateway.identity import Identity
 
@@ -41,6 +41,10 @@ HERE = Path(__file__).parent
 ASSETS = "/console/assets"
 SIGNIN_COOKIE = "toolgate_console_signin"
 MAX_FORM_BYTES = 16 * 1024
+SIGNIN_TOKEN_SECONDS = 1800.0
+"""How long a sign-in form may wait before it is posted (then: "the form expired", and a fresh one)."""
+MAX_SIGNIN_TOKENS = 10_000
+"""Sign-in forms out at once; past it the oldest form's token is forgotten (that form must be reloaded)."""
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -80,6 +84,7 @@ class Console:
         self._key_required = key_required
         self._sign_in_with_key = sign_in_with_key
         self._scrub = scrub
+        self._signin_tokens = OnceTable[bool](lifetime_seconds=SIGNIN_TOKEN_SECONDS, capacity=MAX_SIGNIN_TOKENS)
         self._methods: list[SignInMethod] = []
         self._extra_routes: list[BaseRoute] = []
         self._templates = jinja2.Environment(
@@ -133,13 +138,15 @@ class Console:
         return HTMLResponse(html, headers=PAGE_HEADERS)
 
     async def sign_in(self, request: Request) -> Response:
-        """POST /console/signin: an API key, checked once, becomes a session (the key is not kept)."""
+        """POST /console/signin: an API key, checked once, becomes a session (the key is not kept).
+        The form's token is the one this browser was given (its cookie) and is taken here: a
+        form is posted once, successful or not."""
         if self._sign_in_with_key is None:
             raise BadRequest("API-key sign-in is off: sign in through the authorization server")
         form = await _form(request)
         presented = form.get("signin_token", "")
         expected = request.cookies.get(SIGNIN_COOKIE, "")
-        if not expected or not hmac.compare_digest(presented.encode(), expected.encode()):
+        if not expected or not hmac.compare_digest(presented.encode(), expected.encode()) or not self._signin_tokens.take(presented):
             return self._sign_in_page(request, "The sign-in form expired; please try again.", 400)
         try:
             identity = await self._sign_in_with_key(form.get("api_key", ""))
@@ -147,7 +154,11 @@ class Console:
             log.info("console sign-in refused: %s", exc.code)
             return self._sign_in_page(request, "That API key was not accepted.", 401)
         self.sessions.discard(request)
-        session = self.sessions.create(identity, identity.expires_at)  # a pasted token's session ends with it
+        try:
+            session = self.sessions.create(identity, identity.expires_at)  # a pasted token's session ends with it
+        except ConsoleFull:
+            log.warning("console sign-in refused: the session table is full (%d sessions)", len(self.sessions))
+            return self._sign_in_page(request, "The console is at its limit of signed-in sessions; please try again later.", 503)
         response = RedirectResponse("/console", status_code=303, headers={"Cache-Control": "no-store"})
         self.sessions.set_cookie(response, session, request)
         response.delete_cookie(SIGNIN_COOKIE, path="/console", httponly=True, samesite="strict", secure=is_tls(request))
@@ -168,14 +179,17 @@ class Console:
         return self._sign_in_page(request, message, status)
 
     def _sign_in_page(self, request: Request, error: str | None = None, status: int = 200) -> Response:
-        # a double-submit token against login CSRF (a foreign page signing this browser in as its own account)
-        token = secrets.token_urlsafe(24)
+        # against login CSRF (a foreign page signing this browser in as its own account): the token is
+        # in the form and in a SameSite=Strict cookie, and the server takes it once (no replay)
+        form = self._sign_in_with_key is not None
+        token = self._signin_tokens.issue(True) if form else ""
         html = self._templates.get_template("signin.html").render(
-            assets=ASSETS, error=error, methods=self._methods, api_key_form=self._sign_in_with_key is not None,
+            assets=ASSETS, error=error, methods=self._methods, api_key_form=form,
             signin_token=token, key_required=self._key_required,
         )
         response = HTMLResponse(html, status_code=status, headers=PAGE_HEADERS)
-        response.set_cookie(SIGNIN_COOKIE, token, httponly=True, samesite="strict", secure=is_tls(request), path="/console")
+        if form:
+            response.set_cookie(SIGNIN_COOKIE, token, httponly=True, samesite="strict", secure=is_tls(request), path="/console")
         return response
 
 

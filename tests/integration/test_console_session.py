@@ -14,7 +14,7 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.console.session import ConsoleSessions
+from gateway.console.session import ConsoleFull, ConsoleSessions
 from gateway.identity import Identity
 from tests.support import canary
 from tests.support.gateway import running_gateway, simple_config
@@ -141,10 +141,13 @@ def test_sessions_expire_when_idle_and_stay_bounded() -> None:
     assert sessions.get(first.id) is first  # use restarts the idle clock
     now[0] = 85
     assert sessions.get(first.id) is first
-    second, third = sessions.create(Identity(user_id="b")), sessions.create(Identity(user_id="c"))
-    assert len(sessions) == 2 and sessions.get(first.id) is None  # the least recently used went
+    second = sessions.create(Identity(user_id="b"))
+    with pytest.raises(ConsoleFull):  # full of others' live sessions: refused, no one's session dropped
+        sessions.create(Identity(user_id="c"))
+    assert len(sessions) == 2 and sessions.get(first.id) is first and sessions.get(second.id) is second
     now[0] = 200
-    assert sessions.get(second.id) is None and sessions.get(third.id) is None
+    third = sessions.create(Identity(user_id="c"))  # the idle ones expired: room again
+    assert sessions.get(first.id) is None and sessions.get(second.id) is None and sessions.get(third.id) is third
     assert sessions.get("x" * 500) is None
     assert first.id not in repr(first) and first.csrf_token not in repr(first)
 
@@ -211,7 +214,7 @@ def test_signing_in_again_replaces_the_old_session(upstream: ScriptedUpstream, t
     assert replayed.status_code == 401  # the first session is gone
 
 
-@pytest.mark.parametrize("bad", [{"idle_seconds": 0}, {"max_age_seconds": 0}, {"max_sessions": 0}])
+@pytest.mark.parametrize("bad", [{"idle_seconds": 0}, {"max_age_seconds": 0}, {"max_sessions": 0}, {"per_identity": 0}])
 def test_session_table_bounds_must_be_positive(bad: dict) -> None:
     with pytest.raises(ValueError):
         ConsoleSessions(**bad)
