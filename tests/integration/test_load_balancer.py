@@ -103,6 +103,17 @@ def test_each_conversation_stays_on_one_replica_and_keeps_one_mcp_session(replic
         assert len(replicas.mcp.opened) == 24  # counted by the MCP server: one per conversation
 
 
+def test_the_load_balancer_never_shows_a_replicas_metrics(replicas: Replicas) -> None:
+    # R: S3, G9 -- Prometheus scrapes each replica; the published port answers 404 (issue 32, finding 6)
+    with httpx2.Client(timeout=30) as http:
+        for path in ("/metrics", "/metrics/", "/metrics?name[]=toolgate_tokens_total"):
+            through = http.get(replicas.front + path)
+            assert through.status_code == 404, (path, through.text)
+            assert "toolgate" not in through.text
+        direct = http.get(replicas.gateways[0].url + "/metrics")
+        assert direct.status_code != 404  # the replica itself still serves them (to whom its settings allow)
+
+
 def test_without_a_conversation_id_each_caller_stays_on_one_replica(replicas: Replicas) -> None:
     # R: S2, G4
     body = {"model": "assistant", "messages": [{"role": "user", "content": "who serves me"}]}
