@@ -21,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.accounting import RECORD_KEY, RequestRecord
 from gateway.answer import AnswerStream, finish_completion
-from gateway.api.body import parse_object, read_body
+from gateway.api.body import parse_object, read_body, require_json
 from gateway.api.dialect import Dialect, StreamEncoder, Translation
 from gateway.auth import authorization_of
 from gateway.chain import GatewayTool
@@ -83,6 +83,7 @@ class ChatHandler:
             raise self.gw.auth.refused(f"missing credential: send {dialect.credential_headers}", request.url.path)
         identity = await self.gw.auth.authenticate(credential, request.url.path)
         record.user = identity.user_id
+        require_json(request.headers)  # 415: a web page could send text/plain without a CORS preflight
         translation = dialect.parse(parse_object(await read_body(request, self.gw.config.server.max_body_bytes)), request.headers)
         body = translation.chat
         route = self._route(body["model"])

@@ -83,6 +83,13 @@ class RequestTimeout(GatewayError):
     status, type, code = 408, "invalid_request_error", "request_timeout"
 
 
+class UnsupportedMediaType(GatewayError):
+    """A request body that is not JSON where the API takes JSON: a web page can send `text/plain`
+    (or a form) to any address without asking first, JSON only after the browser's CORS check."""
+
+    status, type, code = 415, "invalid_request_error", "unsupported_media_type"
+
+
 class HeadersTooLarge(GatewayError):
     status, type, code = 431, "invalid_request_error", "headers_too_large"
 
@@ -134,6 +141,12 @@ ErrorShape = Callable[[GatewayError], dict[str, Any]]
 def openai_error(exc: GatewayError) -> dict[str, Any]:
     """The OpenAI envelope `{"error": {"message", "type", "code", "param"}}`."""
     return exc.body()
+
+
+def jsonrpc_error(exc: GatewayError) -> dict[str, Any]:
+    """The MCP endpoint's shape: a JSON-RPC error without an id (`-32600`, invalid request), as
+    the MCP SDK answers a transport-level refusal."""
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": exc.message}}
 
 
 def error_response(exc: GatewayError, scrub: Callable[[str], str], shape: ErrorShape = openai_error) -> Response:

@@ -1,6 +1,7 @@
 """The one request-body reader, and JSON bodies parsed from it (G6): bounded in bytes, in time and
 in JSON nesting.
 
+    require_json(request.headers)            # 415 unless the body is declared JSON
     raw = await read_body(request, limit)   # 413 past `limit`; 408 when the body stopped arriving
     data = parse_json(raw)                   # 400 for bad JSON or nesting past MAX_JSON_DEPTH
 
@@ -11,15 +12,42 @@ The time bound itself is the app's (`RequestIdMiddleware` ends a body that has n
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 
-from gateway.errors import BadRequest, PayloadTooLarge, RequestTimeout
+from gateway.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 
 MAX_JSON_DEPTH = 128
 """Deepest nesting of arrays and objects accepted in a JSON body (a chat request with tool schemas
 stays far below); deeper bodies get 400 before anything walks them recursively."""
+
+
+def media_type(content_type: str) -> str:
+    """The media type of a `Content-Type` value, lower-cased, parameters dropped."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def is_json(content_type: str) -> bool:
+    """`application/json` or `application/<anything>+json`, with any parameters (`; charset=utf-8`)."""
+    kind, _, subtype = media_type(content_type).partition("/")
+    return kind == "application" and (subtype == "json" or (subtype.endswith("+json") and len(subtype) > len("+json")))
+
+
+def require_json(headers: Mapping[str, str]) -> None:
+    """415 for a request that carries a body (or names a body type) other than JSON (G6).
+
+    A web page may send `text/plain`, a form or multipart to any address without the browser
+    asking first (no CORS preflight); a JSON `Content-Type` only after a preflight the gateway
+    never answers. Refusing the others keeps pages the user visits from driving the gateway."""
+    content_type = headers.get("content-type", "")
+    length = headers.get("content-length", "").strip()
+    has_body = bool(content_type) or "transfer-encoding" in headers or length not in ("", "0")
+    if has_body and not is_json(content_type):
+        shown = media_type(content_type)[:60] or "none"
+        raise UnsupportedMediaType(f"Content-Type {shown!r} is not accepted here: send the body as JSON with "
+                                   "'Content-Type: application/json'")
 
 
 async def read_body(request: Request, limit: int) -> bytes:

@@ -20,7 +20,8 @@ STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error"}
-"""Anthropic error types by HTTP status; any other status (5xx) is an `api_error`."""
+"""Anthropic error types by HTTP status; any other 4xx is an `invalid_request_error` (the API's
+documented type for "other 4XX status codes"), any 5xx an `api_error`."""
 
 
 def new_id(prefix: str) -> str:
@@ -30,7 +31,8 @@ def new_id(prefix: str) -> str:
 
 def error_body(exc: GatewayError) -> dict[str, Any]:
     """`{"type": "error", "error": {"type", "message"}}`."""
-    return {"type": "error", "error": {"type": ERROR_TYPES.get(exc.status, "api_error"), "message": exc.message}}
+    kind = ERROR_TYPES.get(exc.status, "invalid_request_error" if exc.status < 500 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": exc.message}}
 
 
 def stop_reason(finish: Any) -> str:

@@ -55,7 +55,7 @@ def test_prompt_and_completion_tokens_are_counted_per_route_and_user_for_every_a
 def test_requests_refused_before_a_route_are_counted_without_the_clients_model_name(upstream: ScriptedUpstream) -> None:
     # R: A4, G9
     config = simple_config(upstream.url, auth=KEYS, server={"max_body_bytes": 2048})
-    alice = {"authorization": f"Bearer {canary.ALICE_KEY}"}
+    alice = {"authorization": f"Bearer {canary.ALICE_KEY}", "content-type": "application/json"}
     with running_gateway(config) as gw:
         statuses = [
             httpx2.post(gw.url + "/v1/chat/completions", json={"model": "assistant", "messages": USER}).status_code,
