@@ -17,6 +17,8 @@ from tests.support.http_server import serve
 from tests.support.plugins import EchoTools
 from tests.support.upstream import Reply, ScriptedUpstream
 
+JSON = {"content-type": "application/json"}  # any other body type gets 415 before the parser this fuzzes
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
@@ -98,7 +100,7 @@ def _events(text: str) -> list[str]:
 @given(body=responses_bodies | json_values)
 def test_any_responses_body_gets_2xx_or_an_openai_4xx_and_streams_end_with_their_closing_event(gateway_url: str, body: Any) -> None:
     # R: A1, G6
-    response = httpx2.post(gateway_url + "/v1/responses", content=json.dumps(body).encode(), timeout=20)
+    response = httpx2.post(gateway_url + "/v1/responses", content=json.dumps(body).encode(), timeout=20, headers=JSON)
     event(f"status {response.status_code}")
     assert response.status_code < 500, response.text
     if response.status_code >= 400:
@@ -113,7 +115,7 @@ def test_any_responses_body_gets_2xx_or_an_openai_4xx_and_streams_end_with_their
 @given(body=messages_bodies | json_values)
 def test_any_messages_body_gets_2xx_or_an_anthropic_4xx_and_streams_end_with_message_stop(gateway_url: str, body: Any) -> None:
     # R: A2, G6
-    response = httpx2.post(gateway_url + "/v1/messages", content=json.dumps(body).encode(), timeout=20)
+    response = httpx2.post(gateway_url + "/v1/messages", content=json.dumps(body).encode(), timeout=20, headers=JSON)
     event(f"status {response.status_code}")
     assert response.status_code < 500, response.text
     if response.status_code >= 400:

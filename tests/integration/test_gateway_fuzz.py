@@ -63,7 +63,7 @@ def test_any_json_body_gets_2xx_or_an_openai_4xx(gateway_url: str, body: Any) ->
 @given(raw=st.binary(max_size=200))
 def test_arbitrary_bytes_get_a_400_not_a_crash(gateway_url: str, raw: bytes) -> None:
     # R: G6
-    response = httpx2.post(gateway_url + "/v1/chat/completions", content=raw, timeout=10)
+    response = httpx2.post(gateway_url + "/v1/chat/completions", content=raw, timeout=10, headers={"content-type": "application/json"})
     assert response.status_code < 500, response.text
 
 
