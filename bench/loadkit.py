@@ -235,7 +235,7 @@ def gateway_config(model_url: str, mcp_url: str, *, label: str = "load-model", i
     bridge = {"type": "mcp_bridge", "id": "tools", "endpoint": mcp_url + "/mcp", "toolFilter": ["count", "echo"],
               "sessionIdleSeconds": idle_seconds}
     tools = [bridge]
-    config: dict[str, Any] = {"auth": {"mode": "none"}}
+    config: dict[str, Any] = {"auth": {"mode": "none"}, "server": {"metrics_public": True}}  # each replica's /metrics is summed
     if bridge_store is not None:
         database, front = bridge_store
         tools = [{**bridge, "toolFilter": ["count"]},

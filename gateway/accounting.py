@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.api.dialect import token_counts
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import NO_USER_LABEL, GatewayMetrics
 
 NO_ROUTE = "none"
 """The route label of a request refused before its route was known (auth, body, validation,
@@ -41,10 +41,11 @@ class RequestRecord:
         }
 
     def finish(self, metrics: GatewayMetrics, seconds: float) -> None:
-        """Count the request, its latency and its tokens (by route and user)."""
+        """Count the request, its latency and its tokens (by route, and by user when the metrics
+        carry users: `GatewayMetrics.user_labels`)."""
         metrics.requests.labels(self.route, str(self.status)).inc()
         metrics.latency.labels(self.route).observe(seconds)
-        user = self.user or "anonymous"
+        user = (self.user or "anonymous") if metrics.user_labels else NO_USER_LABEL
         if self.prompt_tokens:
             metrics.tokens.labels(self.route, user, "prompt").inc(self.prompt_tokens)
         if self.completion_tokens:

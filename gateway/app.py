@@ -35,6 +35,7 @@ from gateway.errors import BadRequest, GatewayError, HeadersTooLarge, MethodNotA
 from gateway.gateway import Gateway
 from gateway.identity import Identity
 from gateway.logs import request_id_var
+from gateway.metrics_access import MetricsAccess
 
 log = logging.getLogger("toolgate.http")
 
@@ -201,9 +202,10 @@ def create_app(config: Config) -> FastAPI:
         ok = gateway.ready and bool(gateway.routes)
         return JSONResponse({"status": "ready" if ok else "starting", "routes": len(gateway.routes)}, status_code=200 if ok else 503)
 
+    metrics_access = MetricsAccess(config.server, gateway.auth, config.base_dir, gateway.secrets)
+
     async def metrics(request: Request) -> Response:
-        if gateway.config.server.metrics_auth:
-            await gateway.auth.authenticate(authorization_of(request.headers), request.url.path)
+        await metrics_access.check(request.headers, request.url.path)  # G9: a credential unless server.metrics_public
         return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.router.routes.append(Route("/v1/models", models, methods=["GET"]))

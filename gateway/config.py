@@ -37,7 +37,17 @@ class ServerSettings(_Strict):
     request_timeout_seconds: float = Field(default=600, gt=0, description="budget for one request, tool rounds included")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     metrics_auth: bool = Field(
-        default=False, description="GET /metrics needs a credential that `auth` accepts (e.g. an API key for the scraper)"
+        default=False, description="GET /metrics also accepts any credential that `auth` accepts (e.g. an API key for the scraper)"
+    )
+    metrics_token: SecretRef | None = Field(
+        default=None, description="GET /metrics accepts this token as `Authorization: Bearer` (env:/file: reference)"
+    )
+    metrics_public: bool = Field(
+        default=False, description="GET /metrics is served to anyone who reaches the port; default: it needs"
+        " `metrics_token` or (with `metrics_auth`) a credential `auth` accepts",
+    )
+    metrics_user_labels: bool = Field(
+        default=False, description="toolgate_tokens_total's `user` label names the user; default: `-` (no per-user counts)"
     )
     body_timeout_seconds: float = Field(default=30, gt=0, description="a request body must arrive within this; else 408")
     max_header_bytes: int = Field(default=32 * 1024, ge=1024, description="request headers larger in all get 431")
@@ -46,6 +56,13 @@ class ServerSettings(_Strict):
         description="an idle client connection is kept open this long: longer than a load balancer keeps an idle"
         " connection to reuse (HAProxy, nginx: 60 s or less), so it never sends a request on one the gateway is closing",
     )
+
+    @model_validator(mode="after")
+    def _metrics_open_or_guarded(self) -> "ServerSettings":
+        if self.metrics_public and (self.metrics_auth or self.metrics_token is not None):
+            raise ValueError("metrics_public serves /metrics to anyone, so metrics_auth and metrics_token would never be"
+                             " asked for: set metrics_public, or a credential, not both")
+        return self
 
 
 class ApiKey(_Strict):

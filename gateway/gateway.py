@@ -47,7 +47,7 @@ class Gateway:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.secrets = SecretSet()
-        self.metrics = GatewayMetrics()
+        self.metrics = GatewayMetrics(user_labels=config.server.metrics_user_labels)
         self.http = httpx2.AsyncClient(
             timeout=httpx2.Timeout(120, connect=10),
             # Idle connections go after 2 s, before the model server's own keep-alive (uvicorn,

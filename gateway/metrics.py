@@ -33,10 +33,17 @@ def metric(registry: CollectorRegistry, kind: type[M], name: str, doc: str, labe
     return found
 
 
-class GatewayMetrics:
-    """Requests, latency, tokens, upstream calls and tool calls. Plugins add theirs to `registry`."""
+NO_USER_LABEL = "-"
+"""The `user` label of token counts unless `server.metrics_user_labels` is on: whoever can read
+/metrics (a scraper, a dashboard) learns no one's usage by name."""
 
-    def __init__(self) -> None:
+
+class GatewayMetrics:
+    """Requests, latency, tokens, upstream calls and tool calls. Plugins add theirs to `registry`.
+    `user_labels`: token counts carry the user (`server.metrics_user_labels`), else `-`."""
+
+    def __init__(self, *, user_labels: bool = False) -> None:
+        self.user_labels = user_labels
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = metric(
             self.registry, Counter, "toolgate_requests",
@@ -48,7 +55,8 @@ class GatewayMetrics:
         )
         self.tokens = metric(
             self.registry, Counter, "toolgate_tokens",
-            "Tokens of every upstream call by route, user and kind (prompt, completion)", ["route", "user", "kind"],
+            "Tokens of every upstream call by route, user (- unless server.metrics_user_labels) and kind (prompt, completion)",
+            ["route", "user", "kind"],
         )
         self.upstream_calls = metric(
             self.registry, Counter, "toolgate_upstream_calls", "Upstream model calls by upstream and outcome", ["upstream", "outcome"],

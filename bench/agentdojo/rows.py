@@ -75,7 +75,7 @@ def gateway_config(row: Row, port: int, upstream_url: str, mcp_urls: dict[str, s
         plugins.append(bridge)
         routes.append({"model": route_name(suite), "upstream": "scripted", "plugins": plugins})
     return {
-        "server": {"host": "127.0.0.1", "port": port, "log_level": "warning"},
+        "server": {"host": "127.0.0.1", "port": port, "log_level": "warning", "metrics_public": True},  # the report reads /metrics
         "auth": {"mode": "none"},
         "upstreams": [{"name": "scripted", "kind": "openai", "api_base": f"{upstream_url}/v1",
                        "api_key": f"env:{UPSTREAM_KEY_ENV}", "timeout_seconds": 60}],

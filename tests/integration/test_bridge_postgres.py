@@ -38,6 +38,7 @@ def serve_config(database: str, mcp_url: str | None = None) -> dict[str, object]
         bridge["connections"] = [{"id": "tools", "owner": "anonymous", "endpoint": mcp_url + "/mcp"}]
         bridge["bridges"] = [{"id": "b1", "owner": "anonymous", "connections": ["tools"]}]
     return {
+        "server": {"metrics_public": True},  # dropped() reads /metrics
         "auth": {"mode": "none"},
         "upstreams": [{"name": "model", "kind": "openai", "api_base": "http://127.0.0.1:9/v1"}],
         "routes": [{"model": "assistant", "upstream": "model", "upstream_model": "m"}],

@@ -137,7 +137,7 @@ def test_a_served_process_never_writes_its_secrets_to_logs_responses_or_metrics(
         plugin = {"type": "mcp_bridge", "id": "docs", "endpoint": mcp.url + "/mcp", **canary.mcp_auth(), "timeoutSeconds": 5}
         config = tmp_path / "toolgate.yaml"
         config.write_text(json.dumps({  # YAML is a superset of JSON; secrets only as references
-            "server": {"log_level": "debug"},
+            "server": {"log_level": "debug", "metrics_public": True, "metrics_user_labels": True},  # /metrics searched below
             "auth": {"mode": "api_keys", "api_keys": [{"key": canary.ALICE_KEY_REF, "user_id": "alice", "org_id": "acme"}]},
             "upstreams": [{"name": "scripted", "kind": "openai", "api_base": upstream.url + "/v1", "api_key": canary.UPSTREAM_KEY_REF}],
             "routes": [{"model": "assistant", "upstream": "scripted", "plugins": [plugin]}],

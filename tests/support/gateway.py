@@ -28,13 +28,21 @@ def client(server: ServerThread, api_key: str = "unused", **headers: str) -> ope
     return openai.OpenAI(base_url=server.url + "/v1", api_key=api_key, max_retries=0, default_headers=headers or None, timeout=30)
 
 
+METRICS_ACCESS = ("metrics_public", "metrics_auth", "metrics_token")
+
+
 def simple_config(upstream_url: str, plugins: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
     """One `openai` upstream at `upstream_url` and one route `assistant` with `plugins`. The
     upstream's key is the canary (`canary.UPSTREAM_KEY`, by reference), which the scripted upstream
-    checks it receives."""
+    checks it receives. `/metrics` is opened (`server.metrics_public`), as an operator scraping on
+    loopback would, unless `server` says how it is guarded (tests/security/test_metrics_access.py
+    checks the default)."""
     config: dict[str, Any] = {
         "upstreams": [{"name": "scripted", "kind": "openai", "api_base": upstream_url + "/v1", "api_key": canary.UPSTREAM_KEY_REF}],
         "routes": [{"model": "assistant", "upstream": "scripted", "upstream_model": "scripted-model", "plugins": plugins or []}],
     }
     config.update(extra)
+    server = dict(config.get("server", {}))
+    if not any(key in server for key in METRICS_ACCESS):
+        config["server"] = {**server, "metrics_public": True}
     return config
