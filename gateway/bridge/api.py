@@ -12,9 +12,11 @@
                                         (endpoint within `apiEndpointAllowList`; the credential is
                                         written once, sealed, never returned: see sealing.py)
     PATCH  /connections/{id}            {endpoint?, prefix?, authHeaderName?, authSecret?} (the same checks;
-                                        a new credential replaces the old, `authHeaderName: null` removes it)
+                                        a new credential replaces the old, `authHeaderName: null` removes it,
+                                        a new endpoint without a new credential drops it: `"credential": "dropped"`)
     DELETE /connections/{id}
-    GET    /audit                       the caller's audit records (see audit_api)
+    GET    /audit                       the caller's audit records, and others' changes to the caller's
+                                        connections (see audit_api)
 
 Another account's bridge or connection answers 404, exactly like one that does not exist. Ids
 are per owner (tenancy.py): a path's id names the item the caller sees under it (their own before
@@ -36,7 +38,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.bridge.api_support import (
-    Authenticate, Conflict, addressed, caller_of, json_body, object_body, owner_for, rendered, visible_bridge,
+    Authenticate, Conflict, addressed, caller_of, check_endpoint_url, json_body, object_body, owner_for, rendered,
+    visible_bridge,
 )
 from gateway.bridge.audit import AuditWriter
 from gateway.bridge.audit_args import Scrub
@@ -236,6 +239,7 @@ class BridgeApi:
         caller = await caller_of(request, self._auth)
         data = object_body(await json_body(request), {"id", "owner", "endpoint", "prefix", *CREDENTIAL_FIELDS})
         header, sealed = self._credential(data)
+        check_endpoint_url(data.get("endpoint"))
         try:
             decl = ConnectionConfig.model_validate({**data, "owner": owner_for(caller, data.get("owner"))})
         except ValidationError as exc:
@@ -298,15 +302,23 @@ class BridgeApi:
         return caller, conn
 
     async def update_connection(self, request: Request) -> Response:
-        """PATCH /connections/{id}: change an API-made connection's endpoint or prefix."""
+        """PATCH /connections/{id}: change an API-made connection's endpoint, prefix or credential.
+
+        A credential is bound to the endpoint and header it was written for: a change of endpoint
+        that does not write a credential in the same request drops the stored one (the answer says
+        `"credential": "dropped"`), so a member who points an org's connection at their own server
+        never receives the credential another member wrote. Every member of the owner sees the
+        change in their audit listing."""
         started = time.perf_counter()
         caller, conn = await self._made_connection(request, "change")
         data = object_body(await json_body(request), {"endpoint", "prefix", *CREDENTIAL_FIELDS})
-        header, sealed = conn.auth_header_name, conn.auth_secret
+        header, sealed, credential = conn.auth_header_name, conn.auth_secret, None
         if "authSecret" in data or data.get("authHeaderName") is not None:
-            header, sealed = self._credential(data)
+            (header, sealed), credential = self._credential(data), "written"
         elif "authHeaderName" in data:  # null: remove the credential
-            header, sealed = data.pop("authHeaderName"), None
+            header, sealed, credential = data.pop("authHeaderName"), None, "removed"
+        endpoint = data.get("endpoint", conn.endpoint)
+        check_endpoint_url(endpoint)
         current = {"id": conn.id, "owner": conn.owner, "endpoint": conn.endpoint}
         if conn.prefix is not None:
             current["prefix"] = conn.prefix
@@ -315,6 +327,8 @@ class BridgeApi:
         except ValidationError as exc:
             raise BadRequest(_first_error(exc)) from None
         self._check_endpoint(decl.endpoint)
+        if credential is None and sealed is not None and decl.endpoint != conn.endpoint:
+            header, sealed, credential = None, None, "dropped"  # never sent to an endpoint it was not written for
         seen = [(c.id, c.owner, c.name_prefix) for c in await self._store.list_connections(caller.owners) if c.key != conn.key]
         clashes = [p for p in prefix_problems([*seen, (decl.id, decl.owner, decl.name_prefix)]) if decl.id in p]
         if clashes:
@@ -322,9 +336,10 @@ class BridgeApi:
         record = ConnectionRecord(conn.id, conn.owner, decl.endpoint, header, sealed, source="api", prefix=decl.prefix)
         await self._store.upsert_connection(record)
         self._upstreams.forget(conn.key)
-        changed = sorted({*data, *(CREDENTIAL_FIELDS if sealed != conn.auth_secret else ())})
-        self._record(change_record(caller, "connection.update", conn.id, {"owner": conn.owner, "fields": changed}, started))
-        return JSONResponse(record.public())
+        changed = sorted({*data, *(CREDENTIAL_FIELDS if credential is not None else ())})
+        args = {"owner": conn.owner, "fields": changed, **({"credential": credential} if credential else {})}
+        self._record(change_record(caller, "connection.update", conn.id, args, started))
+        return JSONResponse({**record.public(), **({"credential": credential} if credential else {})})
 
     async def delete_connection(self, request: Request) -> Response:
         """DELETE /connections/{id}: remove an API-made connection."""
@@ -368,12 +383,14 @@ class GraphRejected(BadRequest):
 
 def change_record(caller: CallerScope, action: AuditAction, resource: str, args: dict[str, Any], started: float) -> AuditRecord:
     """The audit record of a change made through the REST API: who changed which bridge or
-    connection (scope `bridge:<id>` or `connection:<id>`), with identifiers and counts only."""
+    connection (scope `bridge:<id>` or `connection:<id>`), with identifiers and counts only. A
+    connection's change is also listed to its owner (`AuditRecord.owner`: `args["owner"]`)."""
     kind = "bridge" if action.startswith("bridge.") else "connection"
     return AuditRecord(
         ts=time.time(), action=action, actor_id=caller.actor_id, actor_email=caller.identity.email,
         resource=resource, scope=f"{kind}:{resource}", mutating=True, args=args, status="success",
         duration_ms=(time.perf_counter() - started) * 1000,
+        owner=args["owner"] if kind == "connection" else None,  # every member sees a change to the org's connection
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -65,6 +66,40 @@ def object_body(data: Any, allowed: set[str]) -> dict[str, Any]:
     if unknown:
         raise BadRequest(f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
     return data
+
+
+MAX_ENDPOINT_CHARS = 2048
+"""Longest connection endpoint taken through the API."""
+
+_URL_UNSAFE = frozenset('<>"{}|\\^`')
+"""Characters a URL never carries unescaped (RFC 3986): refused so that no page or log that shows an
+endpoint has to trust its own escaping."""
+
+
+def check_endpoint_url(endpoint: Any) -> None:
+    """A connection endpoint sent to the REST API: an absolute http(s) URL with a host, in printable
+    ASCII without spaces, `<>"{}|\\^` or backquotes, without `user:password@` (a credential goes in
+    `authSecret`, sealed, never in a URL every member is shown). Raises 400 naming the field, not
+    echoing the value."""
+    if not isinstance(endpoint, str):
+        raise BadRequest("endpoint: required, an http(s) URL")
+    problem = None
+    if len(endpoint) > MAX_ENDPOINT_CHARS:
+        problem = f"at most {MAX_ENDPOINT_CHARS} characters"
+    elif any(not (0x21 <= ord(c) <= 0x7E) or c in _URL_UNSAFE for c in endpoint):
+        problem = "only printable ASCII; no spaces, control characters or any of < > \" { } | \\ ^ `"
+    else:
+        try:
+            parts = urlsplit(endpoint)
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0-65535
+        except ValueError:
+            parts = None
+        if parts is None or not endpoint.startswith(("http://", "https://")) or not parts.hostname:
+            problem = "an absolute http:// or https:// URL with a host"
+        elif "@" in parts.netloc:
+            problem = "no user or password in the URL (send a credential as authHeaderName + authSecret)"
+    if problem is not None:
+        raise BadRequest(f"endpoint: must be an http(s) URL: {problem}")
 
 
 def owner_for(caller: CallerScope, requested: Any) -> str:

@@ -1,4 +1,6 @@
-"""`GET /audit`: the caller's own audit records, filtered by time range, action, resource, status.
+"""`GET /audit`: the caller's own audit records, filtered by time range, action, resource, status;
+with them, the changes others made to connections the caller owns or whose org they are in (a
+member who points an org's connection elsewhere moves every member's calls and its credential).
 
 Query parameters: `since`, `until` (ISO 8601, or seconds since the epoch), `action`, `resource`,
 `scope` (`federation`, `bridge:<id>`, `connection:<id>`), `status`, `limit` (1–1000, default 100),
@@ -51,7 +53,7 @@ class AuditApi:
         return [Route("/audit", rendered(self.list_audit, self._scrub), methods=["GET"])]
 
     async def list_audit(self, request: Request) -> Response:
-        """GET /audit: the caller's own records, newest first."""
+        """GET /audit: the caller's own records and others' changes to the caller's connections, newest first."""
         caller = await caller_of(request, self._auth)
         params = request.query_params
         try:
@@ -66,6 +68,7 @@ class AuditApi:
             raise BadRequest("before must be a record's seq")
         query = AuditQuery(
             actor_id=caller.actor_id,
+            owners=caller.owners,
             since=since,
             until=until,
             action=params.get("action"),

@@ -98,6 +98,11 @@ class AuditRecord:
     status: AuditStatus
     duration_ms: float
     seq: int | None = None
+    owner: str | None = None
+    """For a change to a connection: its owner (a user id or `org:<id>`). Every caller acting for
+    that owner sees the record in their own listing (`AuditQuery.owners`), not only its actor: a
+    member who changes an org's connection changes where every member's calls, and the credential
+    it carries, go."""
 
     def public(self) -> dict[str, Any]:
         """JSON form for `GET /audit` and `toolgate audit list --json`."""
@@ -120,6 +125,9 @@ class AuditQuery:
     """A filter over one actor's audit records; `None` fields do not filter."""
 
     actor_id: str | None
+    owners: tuple[str, ...] = ()
+    """With `actor_id`: also the records of changes others made to connections these owners own
+    (`AuditRecord.owner`)."""
     since: float | None = None
     until: float | None = None
     action: str | None = None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, ItemKey, SavedGraph
@@ -113,16 +113,39 @@ def bridge_from_row(row: Sequence[Any]) -> BridgeRecord:
 
 def audit_from_row(row: Sequence[Any]) -> AuditRecord:
     """An `audit` row (its columns in table order) of either store."""
-    seq, ts, action, actor_id, email, resource, scope, mutating, args, status, duration = row
-    return AuditRecord(ts, action, actor_id, email, resource, scope, bool(mutating), json.loads(args), status, duration, seq)
+    seq, ts, action, actor_id, email, resource, scope, mutating, args, status, duration, owner = row
+    return AuditRecord(
+        ts, action, actor_id, email, resource, scope, bool(mutating), json.loads(args), status, duration, seq, owner
+    )
 
 
-def audit_filters(query: AuditQuery) -> list[tuple[str, str, Any]]:
-    """(column, operator, value) for each filter of `query` that is set; each store writes its own placeholders."""
-    return [
-        (column, op, value) for column, op, value in (
-            ("actor_id", "=", query.actor_id), ("ts", ">=", query.since), ("ts", "<", query.until),
-            ("action", "=", query.action), ("resource", "=", query.resource), ("status", "=", query.status),
-            ("scope", "=", query.scope), ("seq", "<", query.before),
+AUDIT_COLUMNS = ("ts", "action", "actor_id", "actor_email", "resource", "scope", "mutating", "args", "status",
+                 "duration_ms", "owner")
+"""The columns an append writes, in the order of `audit_values`."""
+
+
+def audit_values(record: AuditRecord) -> tuple[Any, ...]:
+    """A record's values for `AUDIT_COLUMNS` (`args` as JSON; each store converts `mutating` as it needs)."""
+    r = record
+    return (r.ts, r.action, r.actor_id, r.actor_email, r.resource, r.scope, r.mutating, json.dumps(r.args), r.status,
+            r.duration_ms, r.owner)
+
+
+def audit_conditions(query: AuditQuery, mark: Callable[[Any], str]) -> list[str]:
+    """The SQL conditions of `query` (all must hold); `mark(value)` adds a parameter and returns its
+    placeholder, so each store writes its own. The actor's records include, with `query.owners`,
+    the records of changes to connections those owners own (`AuditRecord.owner`)."""
+    conditions = []
+    if query.actor_id is not None:
+        own = f"actor_id = {mark(query.actor_id)}"
+        if query.owners:
+            own = f"({own} OR owner IN ({', '.join(mark(o) for o in query.owners)}))"
+        conditions.append(own)
+    conditions += [
+        f"{column} {op} {mark(value)}" for column, op, value in (
+            ("ts", ">=", query.since), ("ts", "<", query.until), ("action", "=", query.action),
+            ("resource", "=", query.resource), ("status", "=", query.status), ("scope", "=", query.scope),
+            ("seq", "<", query.before),
         ) if value is not None
     ]
+    return conditions

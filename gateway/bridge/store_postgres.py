@@ -29,7 +29,9 @@ from urllib.parse import urlsplit
 import asyncpg
 
 from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, ItemKey, SavedGraph
-from gateway.bridge.store import GraphConflict, StoreUnavailable, audit_filters, audit_from_row, bridge_from_row
+from gateway.bridge.store import (
+    AUDIT_COLUMNS, GraphConflict, StoreUnavailable, audit_conditions, audit_from_row, audit_values, bridge_from_row,
+)
 
 log = logging.getLogger("toolgate.bridge.store")
 
@@ -80,10 +82,15 @@ UPDATE graphs SET bridge_owner = '' WHERE bridge_owner IS NULL;
 ALTER TABLE graphs ALTER COLUMN bridge_owner SET NOT NULL, DROP CONSTRAINT graphs_pkey,
     ADD PRIMARY KEY (bridge_owner, bridge_id);
 """),
+    (3, """
+ALTER TABLE audit ADD COLUMN owner TEXT;
+CREATE INDEX audit_owner_ts ON audit (owner, ts);
+"""),
 )
 """(version, SQL). Never edit a shipped step: add the next one. Step 2 makes ids per owner
 (tenancy.py): connections and bridges unique by (owner, id), a graph by its bridge's (owner, id)
-(ids were global before, so each graph takes the owner of the one bridge of its id). The grants go to PUBLIC, i.e. every
+(ids were global before, so each graph takes the owner of the one bridge of its id). Step 3 gives an
+audit record the owner of the connection a change concerns (`AuditRecord.owner`). The grants go to PUBLIC, i.e. every
 role that may connect to the database (docs/deploy.md: grant CONNECT to the gateway's role only)."""
 
 LATEST = MIGRATIONS[-1][0]
@@ -328,25 +335,24 @@ class PostgresStore:
 
     async def append_audit(self, records: Sequence[AuditRecord]) -> None:
         """Append a batch with one COPY (one transaction: all of it or none)."""
-        rows = [
-            (r.ts, r.action, r.actor_id, r.actor_email, r.resource, r.scope, r.mutating, json.dumps(r.args), r.status,
-             r.duration_ms)
-            for r in records
-        ]
-        columns = ["ts", "action", "actor_id", "actor_email", "resource", "scope", "mutating", "args", "status",
-                   "duration_ms"]
+        rows = [audit_values(r) for r in records]
         # the writer runs in the background: a pool busy with calls' reads is waited for, not a reason to drop
-        await self._run(lambda db: db.copy_records_to_table("audit", records=rows, columns=columns), wait=AUDIT_WAIT)
+        await self._run(
+            lambda db: db.copy_records_to_table("audit", records=rows, columns=list(AUDIT_COLUMNS)), wait=AUDIT_WAIT
+        )
 
     async def query_audit(self, query: AuditQuery) -> list[AuditRecord]:
         """An actor's records (all actors when `actor_id` is None), newest first."""
-        where, params = ["TRUE"], []
-        for column, op, value in audit_filters(query):
+        params: list[Any] = []
+
+        def mark(value: Any) -> str:
             params.append(value)
-            where.append(f"{column} {op} ${len(params)}")
+            return f"${len(params)}"
+
+        where = ["TRUE", *audit_conditions(query, mark)]
         params.append(query.limit)
         sql = (
-            "SELECT seq, ts, action, actor_id, actor_email, resource, scope, mutating, args, status, duration_ms"
+            f"SELECT seq, {', '.join(AUDIT_COLUMNS)}"
             f" FROM audit WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ${len(params)}"
         )
         rows = await self._run(lambda db: db.fetch(sql, *params))

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, ItemKey, SavedGraph
-from gateway.bridge.store import GraphConflict, audit_filters, audit_from_row, bridge_from_row
+from gateway.bridge.store import (
+    AUDIT_COLUMNS, GraphConflict, audit_conditions, audit_from_row, audit_values, bridge_from_row,
+)
 
 T = TypeVar("T")
 
@@ -34,7 +36,7 @@ _SCHEMA = "".join(f"CREATE TABLE IF NOT EXISTS {name} {columns};\n" for name, co
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, action TEXT NOT NULL, actor_id TEXT NOT NULL,
     actor_email TEXT, resource TEXT NOT NULL, scope TEXT NOT NULL, mutating INTEGER NOT NULL,
-    args TEXT NOT NULL, status TEXT NOT NULL, duration_ms REAL NOT NULL);
+    args TEXT NOT NULL, status TEXT NOT NULL, duration_ms REAL NOT NULL, owner TEXT);
 CREATE INDEX IF NOT EXISTS audit_actor_ts ON audit (actor_id, ts);
 CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: UPDATE refused'); END;
@@ -79,6 +81,8 @@ class SqliteStore:
             _add_column(db, "connections", "prefix", "TEXT")  # a store made before connections had a name prefix (F15)
             _add_column(db, "graphs", "saved_by", "TEXT")  # a store made before graphs recorded their editor
             _add_column(db, "graphs", "version", "INTEGER NOT NULL DEFAULT 1")  # before saves were versioned (S2)
+            _add_column(db, "audit", "owner", "TEXT")  # before a connection's owner saw others' changes to it
+            db.execute("CREATE INDEX IF NOT EXISTS audit_owner_ts ON audit (owner, ts)")
             _rekey(db)  # a store made when ids were global
 
         await self._run(create)
@@ -218,15 +222,8 @@ class SqliteStore:
 
     async def append_audit(self, records: Sequence[AuditRecord]) -> None:
         """Append records in one transaction."""
-        sql = (
-            "INSERT INTO audit (ts, action, actor_id, actor_email, resource, scope, mutating, args, status,"
-            " duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        )
-        rows = [
-            (r.ts, r.action, r.actor_id, r.actor_email, r.resource, r.scope, int(r.mutating), json.dumps(r.args),
-             r.status, r.duration_ms)
-            for r in records
-        ]
+        sql = f"INSERT INTO audit ({', '.join(AUDIT_COLUMNS)}) VALUES ({_marks(AUDIT_COLUMNS)})"
+        rows = [audit_values(r) for r in records]
 
         def insert(db: sqlite3.Connection) -> None:
             with db:
@@ -237,15 +234,21 @@ class SqliteStore:
 
     async def query_audit(self, query: AuditQuery) -> list[AuditRecord]:
         """An actor's records (all actors when `actor_id` is None), newest first."""
-        where, params = ["1 = 1"], []
-        for column, op, value in audit_filters(query):
-            where.append(f"{column} {op} ?")
+        params: list[Any] = []
+
+        def mark(value: Any) -> str:
             params.append(value)
-        sql = f"SELECT * FROM audit WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?"
+            return "?"
+
+        where = ["1 = 1", *audit_conditions(query, mark)]
+        sql = f"SELECT {', '.join(_AUDIT_READ)} FROM audit WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?"
         params.append(query.limit)
         rows = await self._run(lambda db: db.execute(sql, tuple(params)).fetchall())
         return [audit_from_row(row) for row in rows]
 
+
+_AUDIT_READ = ("seq", *AUDIT_COLUMNS)
+"""Read by name: a store whose `owner` column was added later has it last, like a new one."""
 
 _GRAPH = "bridge_owner = ? AND bridge_id = ?"
 
