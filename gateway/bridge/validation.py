@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import graphlib
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,25 @@ class GraphInvalid(ValueError):
     def __init__(self, problems: list[GraphProblem]) -> None:
         super().__init__("; ".join(p.message for p in problems))
         self.problems = problems
+
+
+GRAPH_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}")
+"""What node ids and port names are: 1 to 64 letters, digits, `_ . : -`, not
+starting with `. : -` (what the editor writes: `in1`, `t2`, `e3`; ports named after a tool's
+arguments). Every page and selector that shows one can then use it as it is; a stored graph saved
+before the rule still loads and runs."""
+
+
+def quoted(value: object) -> str:
+    """A value from a graph as a message shows it: JSON-quoted and ASCII-escaped (a quote, `<` or a
+    control character in an id reads as data, never as markup), cut at 64 characters."""
+    text = value if isinstance(value, str) else str(value)
+    return json.dumps(text[:64] + ("…" if len(text) > 64 else ""))
+
+
+def shown(node_id: str) -> str:
+    """A node id in a message: as it is when it matches `GRAPH_ID`, else `quoted`."""
+    return node_id if GRAPH_ID.fullmatch(node_id) else quoted(node_id)
 
 
 def parse_graph(data: Any, limits: BridgeLimits | None = None) -> Graph:
@@ -73,7 +93,7 @@ def size_problems(data: Any, limits: BridgeLimits) -> list[GraphProblem]:
     ]
     if crowded:
         problems.append(
-            GraphProblem("too large", tuple(crowded), f"too large: node(s) {', '.join(crowded[:10])} have more than "
+            GraphProblem("too large", tuple(crowded), f"too large: node(s) {', '.join(map(shown, crowded[:10]))} have more than "
                          f"{limits.portsPerNode} input or output ports")
         )
     if not problems:
@@ -87,8 +107,11 @@ def size_problems(data: Any, limits: BridgeLimits) -> list[GraphProblem]:
 
 
 def graph_problems(graph: Graph) -> list[GraphProblem]:
-    """Every rule of F8 the (well-shaped) graph breaks, in a fixed order."""
-    problems: list[GraphProblem] = []
+    """Every rule of F8 the (well-shaped) graph breaks, in a fixed order. Ids and port names come
+    first: while one is malformed, only those problems are reported (no other message quotes it)."""
+    problems = name_problems(graph)
+    if problems:
+        return problems
     for what, ids in (
         ("node id", [n.id for n in graph.nodes]),
         ("edge id", [e.id for e in graph.edges]),
@@ -134,6 +157,27 @@ def graph_problems(graph: Graph) -> list[GraphProblem]:
     if cycle:
         problems.append(GraphProblem("cycle", tuple(cycle), f"cycle: {' -> '.join(cycle)}"))
     return problems
+
+
+def name_problems(graph: Graph) -> list[GraphProblem]:
+    """Node ids and port names that do not match `GRAPH_ID`, each problem naming the node involved
+    (or the edge, for a port it names), ids and names JSON-quoted (`quoted`)."""
+    problems: list[GraphProblem] = []
+    bad_ids = tuple(dict.fromkeys(n.id for n in graph.nodes if not GRAPH_ID.fullmatch(n.id)))
+    if bad_ids:
+        problems.append(GraphProblem("bad node id", bad_ids, f"bad node ids ({_GRAPH_ID_TEXT}): "
+                                     f"{', '.join(map(quoted, bad_ids[:10]))}"))
+    ports = [(f"node {quoted(n.id)}", n.id, p) for n in graph.nodes for p in (*n.inputs, *n.outputs)]
+    ports += [(f"edge {quoted(e.id)}", e.id, ref.port) for e in graph.edges for ref in (e.source, e.target)]
+    bad_ports = [(where, owner, port) for where, owner, port in ports if not GRAPH_ID.fullmatch(port)]
+    if bad_ports:
+        text = ", ".join(f"{where} port {quoted(port)}" for where, _, port in bad_ports[:10])
+        problems.append(GraphProblem("bad port name", tuple(dict.fromkeys(o for _, o, _ in bad_ports)),
+                                     f"bad port names ({_GRAPH_ID_TEXT}): {text}"))
+    return problems
+
+
+_GRAPH_ID_TEXT = "1 to 64 letters, digits or _ . : -, not starting with . : -"
 
 
 def find_cycle(graph: Graph) -> list[str]:
