@@ -8,11 +8,13 @@ from typing import Any
 
 from gateway.api.dialect import ChatChunk, StreamEncoder
 from gateway.api.chat_schema import check_messages
+from gateway.api.params import CHAT_PARAMS, check_params
 from gateway.errors import BadRequest, GatewayError
 
 
 def parse_request(body: dict[str, Any]) -> dict[str, Any]:
-    """A chat-completion body with the fields the gateway relies on checked (G6, A3)."""
+    """A chat-completion body with the fields the gateway relies on checked, and the sampling
+    parameters within the API's ranges (G6, A3)."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' is required and must be a non-empty string", param="model")
@@ -28,6 +30,7 @@ def parse_request(body: dict[str, Any]) -> dict[str, Any]:
     if n is not None and (isinstance(n, bool) or n != 1):
         # the tool loop and the stream follow one choice; more would be merged or left unchecked
         raise BadRequest("'n' must be 1: the gateway returns one choice per request", param="n")
+    check_params(body, CHAT_PARAMS)
     for name in ("stream_options", "metadata"):
         if body.get(name) is not None and not isinstance(body[name], dict):
             raise BadRequest(f"'{name}' must be an object", param=name)

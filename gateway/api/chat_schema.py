@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.api.params import check_image_url
 from gateway.errors import BadRequest
 
 PARTS_BY_ROLE: dict[str, frozenset[str]] = {
@@ -50,6 +51,8 @@ def _check_content(content: Any, role: str, where: str) -> None:
             raise BadRequest(f"'{at}.{field}' must be {expected}", param=f"{at}.{field}")
         if kind == "image_url" and not isinstance(part["image_url"].get("url"), str):
             raise BadRequest(f"'{at}.image_url.url' must be a string", param=f"{at}.image_url.url")
+        if kind == "image_url":
+            check_image_url(part["image_url"]["url"], f"{at}.image_url.url")
 
 
 def check_messages(messages: list[Any]) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.api.dialect import StreamEncoder
+from gateway.api.params import MESSAGES_PARAMS, check_params
 from gateway.api.messages_input import chat_messages, chat_tool_choice, chat_tools
 from gateway.api.messages_output import MessagesEncoder, error_body, new_id, stop_reason, tool_use_block, usage_object
 from gateway.auth import bearer_token
@@ -52,11 +53,9 @@ def _check_fields(body: dict[str, Any]) -> None:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' is required and must be a non-empty string", param="model")
-    max_tokens = body.get("max_tokens")
-    if max_tokens is None:
+    if body.get("max_tokens") is None:
         raise BadRequest("'max_tokens' is required", param="max_tokens")
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise BadRequest("'max_tokens' must be a positive integer", param="max_tokens")
+    check_params(body, MESSAGES_PARAMS)
     if body.get("stream") is not None and not isinstance(body["stream"], bool):
         raise BadRequest("'stream' must be a boolean", param="stream")
     thinking = body.get("thinking")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gateway.api.params import check_image_url
 from gateway.errors import BadRequest
 
 NO_CHAT_EQUIVALENT = {
@@ -22,12 +23,20 @@ def _refuse_block(kind: Any, where: str) -> BadRequest:
     return BadRequest(f"'{where}': content block type {shown!r} is not supported here", param=f"{where}.type")
 
 
+IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+"""The `media_type`s of a base64 image source (Anthropic's reference)."""
+
+
 def _image_part(block: dict[str, Any], where: str) -> dict[str, Any]:
     raw = block.get("source")
     source: dict[str, Any] = raw if isinstance(raw, dict) else {}
     if source.get("type") == "base64" and isinstance(source.get("data"), str) and isinstance(source.get("media_type"), str):
+        if source["media_type"] not in IMAGE_MEDIA_TYPES:
+            raise BadRequest(f"'{where}.source.media_type' must be one of {', '.join(IMAGE_MEDIA_TYPES)}",
+                             param=f"{where}.source.media_type")
         return {"type": "image_url", "image_url": {"url": f"data:{source['media_type']};base64,{source['data']}"}}
     if source.get("type") == "url" and isinstance(source.get("url"), str):
+        check_image_url(source["url"], f"{where}.source.url", ("https", "http"))
         return {"type": "image_url", "image_url": {"url": source["url"]}}
     raise BadRequest(f"'{where}.source' must be a base64 image (media_type, data) or a url", param=f"{where}.source")
 

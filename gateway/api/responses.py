@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.api.dialect import StreamEncoder
+from gateway.api.params import RESPONSES_PARAMS, check_params
 from gateway.api.responses_input import chat_messages, chat_tool_choice, chat_tools
 from gateway.api.responses_output import INCOMPLETE, ResponsesEncoder, call_item, message_item, new_id, usage_object
 from gateway.errors import BadRequest, GatewayError
@@ -57,6 +58,7 @@ def _check_fields(body: dict[str, Any]) -> None:
             raise BadRequest(f"'{name}' must be an object", param=name)
     if body.get("include") is not None and not isinstance(body["include"], list):
         raise BadRequest("'include' must be an array", param="include")
+    check_params(body, RESPONSES_PARAMS)
 
 
 def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:

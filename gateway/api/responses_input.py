@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gateway.api.params import check_image_url
 from gateway.errors import BadRequest
 
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
@@ -45,6 +46,7 @@ def _user_content(content: Any, where: str) -> str | list[dict[str, Any]]:
         if kind in ("input_text", "output_text") and isinstance(part.get("text"), str):
             parts.append({"type": "text", "text": part["text"]})
         elif kind == "input_image" and isinstance(part.get("image_url"), str):
+            check_image_url(part["image_url"], f"{at}.image_url")
             image = {"url": part["image_url"], **({"detail": part["detail"]} if part.get("detail") in ("low", "high", "auto") else {})}
             parts.append({"type": "image_url", "image_url": image})
         elif kind == "input_image":

@@ -150,7 +150,7 @@ def test_the_key_is_taken_from_x_api_key_or_a_bearer_token(upstream: ScriptedUps
     ("body", "fragment"),
     [
         ({"max_tokens": None}, "'max_tokens' is required"),
-        ({"max_tokens": 0}, "'max_tokens' must be a positive integer"),
+        ({"max_tokens": 0}, "'max_tokens' must be an integer from 1 to 1048576"),
         ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "4"}]}]},
          "no earlier assistant tool_use has that id"),
         ({"messages": [{"role": "system", "content": "hi"}]}, "'messages[0].role' is 'system'"),
