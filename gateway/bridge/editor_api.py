@@ -3,8 +3,9 @@
     GET  /connections/{id}/tools   the connection's tools with their input schemas (a tool node's ports)
     POST /bridges/{id}/run         {name, arguments}: run one of the bridge's saved pipelines
 
-A run goes through the same handler as a `tools/call` on `/mcp/<bridgeId>`: the same scope, limits,
-secret scrubbing and audit record (`mcp.pipeline_call`, scope `bridge:<id>`). Another account's
+A listing waits for one of the caller's outbound slots (gate.py, `outboundPerCaller`), as an MCP
+operation does. A run goes through the same handler as a `tools/call` on `/mcp/<bridgeId>`: the same
+scope, limits (the outbound slots too), secret scrubbing and audit record (`mcp.pipeline_call`, scope `bridge:<id>`). Another account's
 bridge or connection answers 404, like one that does not exist; `?owner=` names one owner's
 item of an id, as on the CRUD routes (api_support.addressed).
 """
@@ -22,7 +23,10 @@ from starlette.routing import BaseRoute, Route
 from gateway.bridge.api_support import Authenticate, addressed, caller_of, json_body, object_body, rendered, visible_bridge
 from gateway.bridge.audit_args import Scrub
 from gateway.bridge.federation import CallerScope, Federation
+from gateway.bridge.gate import CallerGate
 from gateway.bridge.handlers import BridgeHandlers
+from gateway.bridge.limits import BridgeLimits
+from gateway.bridge.sessions import caller_key
 from gateway.bridge.store import BridgeStore
 from gateway.bridge.upstream import UpstreamCallFailed, Upstreams
 from gateway.errors import BadRequest, NotFound, UpstreamError
@@ -33,8 +37,11 @@ class EditorApi:
 
     def __init__(
         self, store: BridgeStore, federation: Federation, upstreams: Upstreams, handlers: BridgeHandlers,
-        authenticate: Authenticate, *, scrub: Scrub,
+        authenticate: Authenticate, *, scrub: Scrub, gate: CallerGate | None = None,
     ) -> None:
+        """`gate`: the callers' outbound slots the handlers use too (one caller's listings here and
+        its MCP operations share them)."""
+        self._gate = gate if gate is not None else CallerGate(BridgeLimits().outboundPerCaller)
         self._store = store
         self._federation = federation
         self._upstreams = upstreams
@@ -58,7 +65,8 @@ class EditorApi:
         if conn is None:
             raise NotFound(f"connection {connection_id} not found")
         try:
-            tools = await self._upstreams.list_tools(conn)
+            with self._gate.caller(caller_key(caller.identity)):  # within the caller's outbound slots, like MCP
+                tools = await self._upstreams.list_tools(conn)
         except UpstreamCallFailed as exc:
             raise UpstreamError(f"connection {conn.id}: {exc.reason}") from None
         return JSONResponse({"data": [

@@ -72,10 +72,11 @@ class BridgeService:
         self.upstreams = Upstreams(
             base_dir=base_dir, secrets=secrets, list_ttl=config.toolListTtlSeconds,
             idle_seconds=config.sessionIdleSeconds, registry=metrics, egress=egress, sealer=sealer,
+            result_bytes=config.limits.resultBytes,
         )
         self.audit = AuditWriter(self.store, queue_size=config.auditQueueSize, registry=metrics)
         federation = Federation(self.store, self.upstreams, config.api_endpoint_allowed)
-        gate = CallerGate(config.limits.outboundPerCaller)  # one caller's outbound slots, tools and offerings alike
+        gate = CallerGate(config.limits.outboundPerCaller)  # one caller's outbound slots: tools, offerings, REST listings
         self.handlers = BridgeHandlers(
             self.store, federation, self.upstreams, self.audit, secrets, metrics, config.limits, gate
         )
@@ -88,7 +89,7 @@ class BridgeService:
         )
         self._audit_api = AuditApi(self.store, api_authenticate, scrub=secrets.scrub)
         self._editor_api = EditorApi(
-            self.store, federation, self.upstreams, self.handlers, api_authenticate, scrub=secrets.scrub
+            self.store, federation, self.upstreams, self.handlers, api_authenticate, scrub=secrets.scrub, gate=gate
         )
         self._stack: contextlib.AsyncExitStack | None = None
 
