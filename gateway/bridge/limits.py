@@ -1,4 +1,5 @@
-"""The Bridge's bounds on what a caller controls: graph size, pipeline values, open MCP sessions.
+"""The Bridge's bounds on what a caller controls: graph size, pipeline values, connections' answers,
+open MCP sessions.
 
 `BridgeLimits` is the `bridge.limits` section of the YAML; `measure` sizes a concrete JSON value
 (bytes as `json.dumps` writes it, and nesting depth) and stops as soon as a bound is passed, so a
@@ -13,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -32,12 +33,28 @@ class BridgeLimits(BaseModel):
         default=4 * MIB, ge=1 * KIB, description="largest value (JSON bytes) a pipeline node may produce or receive"
     )
     valueDepth: int = Field(default=64, ge=2, description="deepest nesting of a pipeline value")
+    resultBytes: int = Field(
+        default=4 * MIB, ge=1 * KIB,
+        description="largest answer read from a connection (one JSON-RPC message as sent: a tool result's text and "
+        "structuredContent together); cut while it is read, the call fails",
+    )
+    waveBytes: int = Field(
+        default=16 * MIB, ge=1 * KIB,
+        description="most bytes the tool nodes of one pipeline wave send together (refused before any is called) "
+        "or get back together; at least valueBytes",
+    )
     sessionsPerCaller: int = Field(default=64, ge=1, description="open Bridge MCP sessions per caller; beyond: its own oldest is closed")
     sessions: int = Field(default=10_000, ge=1, description="open Bridge MCP sessions in all; beyond: new ones get 503")
     outboundPerCaller: int = Field(
         default=16, ge=1, description="MCP operations one caller has in flight toward connections; more wait their turn"
     )
     connectionsPerOwner: int = Field(default=100, ge=1, description="connections one owner may make through the API")
+
+    @model_validator(mode="after")
+    def _wave_holds_a_value(self) -> "BridgeLimits":
+        if self.waveBytes < self.valueBytes:
+            raise ValueError("waveBytes must be at least valueBytes (a wave of one node may send a whole value)")
+        return self
 
 
 @dataclass(frozen=True)
@@ -49,7 +66,8 @@ class Size:
 
 
 class OverLimit(ValueError):
-    """A value past `valueBytes` or `valueDepth`; the message says which bound and its value."""
+    """A value past a bound of `bridge.limits` (`valueBytes`, `valueDepth`, a connection's answer past
+    `resultBytes`); the message says which bound and its value, in the Bridge's own words."""
 
 
 def measure(value: Any, limits: BridgeLimits) -> Size:

@@ -24,7 +24,8 @@ log = logging.getLogger("toolgate.bridge.runner")
 MAX_NODES_PER_RUN = 50
 
 ToolCaller = Callable[[str, str, dict[str, Any]], Awaitable[types.CallToolResult]]
-"""`(connection_id, tool, arguments) -> result`; raises on a failure to call."""
+"""`(connection_id, tool, arguments) -> result`; raises on a failure to call: an `OverLimit` when a
+bound of the Bridge stopped it (a result cut at `resultBytes`), whose words the caller may read."""
 
 
 class PipelineRefused(Exception):
@@ -32,13 +33,24 @@ class PipelineRefused(Exception):
 
 
 class PipelineFailed(Exception):
-    """A node failed; the message is `node <id> (<tool>) failed` (F11), followed by the reason when
-    the reason is the Bridge's own (a value over a bound), never a connection's words."""
+    """The run stopped. At a node (`node_failed`): `node <id> (<tool>) failed` (F11), followed by the
+    reason when the reason is the Bridge's own (a value over a bound), never a connection's words.
+    Before a wave was dispatched (`node_id` None): its tool calls together were over `waveBytes`."""
 
-    def __init__(self, node: Node, reason: str | None = None) -> None:
-        text = f"node {node.id} ({node.tool or node.kind}) failed"
-        super().__init__(f"{text}: {reason}" if reason else text)
-        self.node_id = node.id
+    def __init__(self, message: str, node_id: str | None = None) -> None:
+        super().__init__(message)
+        self.node_id = node_id
+
+
+def node_failed(node: Node, reason: str | None = None) -> PipelineFailed:
+    """`node <id> (<tool>) failed[: reason]`."""
+    text = f"node {node.id} ({node.tool or node.kind}) failed"
+    return PipelineFailed(f"{text}: {reason}" if reason else text, node.id)
+
+
+def _listed(nodes: list[Node], most: int = 5) -> str:
+    ids = [n.id for n in nodes]
+    return ", ".join(ids[:most]) + (f" and {len(ids) - most} more" if len(ids) > most else "")
 
 
 @dataclass(frozen=True)
@@ -113,25 +125,42 @@ async def run_pipeline(
 
 
 async def _run_wave(wave: list[Node], values: "_Values", call: ToolCaller) -> None:
-    async def one(node: Node) -> Any:
-        arguments = values.arguments(node)
+    """Call the wave's tool nodes together. What the wave holds at once is bounded by `waveBytes`:
+    its arguments before anything is dispatched (each node's are within `valueBytes` already, but
+    50 of them need not be), then its results as they arrive."""
+    limit = values.limits.waveBytes
+    prepared = {node.id: values.arguments(node) for node in wave}
+    sending = sum(size.bytes for _, size in prepared.values())
+    if sending > limit:
+        raise PipelineFailed(
+            f"{len(wave)} tool nodes that run together ({_listed(wave)}) would send {sending} bytes of arguments, "
+            f"over the limit of {limit} bytes; none of them was called"
+        )
+    held = 0
+
+    async def one(node: Node) -> None:
+        nonlocal held
         try:
-            result = await call(node.connectionId or "", node.tool or "", arguments)
+            result = await call(node.connectionId or "", node.tool or "", prepared[node.id][0])
+        except OverLimit as exc:  # the Bridge's own bound (a result cut at resultBytes): its words are shown
+            raise node_failed(node, str(exc)) from None
         except Exception as exc:
             log.info("pipeline node %s (%s) failed: %s", node.id, node.tool, exc)
-            raise PipelineFailed(node) from None
+            raise node_failed(node) from None
         if result.is_error:
             log.info("pipeline node %s (%s) returned an error result", node.id, node.tool)
-            raise PipelineFailed(node)
-        return result_value(result)
+            raise node_failed(node)
+        held += values.put_measured(node, result_value(result)).bytes
+        if held > limit:
+            together = f"the results of the {len(wave)} tool nodes that run together"
+            raise node_failed(node, f"{together} are over the limit of {limit} bytes")
 
     try:
         async with asyncio.TaskGroup() as group:
-            tasks = {node.id: group.create_task(one(node)) for node in wave}
+            for node in wave:
+                group.create_task(one(node))
     except* PipelineFailed as failed:
         raise failed.exceptions[0] from None
-    for node in wave:
-        values.put_measured(node, tasks[node.id].result())
 
 
 class _Values:
@@ -141,37 +170,38 @@ class _Values:
     def __init__(self, nodes: dict[str, Node], plan: RunPlan, limits: BridgeLimits) -> None:
         self.nodes = nodes
         self._plan = plan
-        self._limits = limits
+        self.limits = limits
         self.values: dict[str, Any] = {}
         self._sizes: dict[str, Size] = {}
         self._port_sizes: dict[tuple[str, str], Size] = {}
 
-    def put_measured(self, node: Node, value: Any) -> None:
-        """Keep a concrete value (arguments, a tool's result) after sizing it."""
+    def put_measured(self, node: Node, value: Any) -> Size:
+        """Keep a concrete value (arguments, a tool's result) after sizing it; its size."""
         try:
-            self._sizes[node.id] = measure(value, self._limits)
+            size = self._sizes[node.id] = measure(value, self.limits)
         except OverLimit as exc:
-            raise PipelineFailed(node, str(exc)) from None
+            raise node_failed(node, str(exc)) from None
         self.values[node.id] = value
+        return size
 
     def put_object(self, node: Node) -> None:
         """A merge or output node: the object of its inputs."""
         inputs, sizes = self._inputs(node)
         try:
-            self._sizes[node.id] = object_size(sizes, self._limits)
+            self._sizes[node.id] = object_size(sizes, self.limits)
         except OverLimit as exc:
-            raise PipelineFailed(node, str(exc)) from None
+            raise node_failed(node, str(exc)) from None
         self.values[node.id] = inputs
 
-    def arguments(self, node: Node) -> dict[str, Any]:
-        """A tool node's call arguments, `{...config, ...inputs}` (F10), within the bounds."""
+    def arguments(self, node: Node) -> tuple[dict[str, Any], Size]:
+        """A tool node's call arguments, `{...config, ...inputs}` (F10), within the bounds, and their size."""
         inputs, sizes = self._inputs(node)
         try:
-            config_sizes = {k: measure(v, self._limits) for k, v in node.config.items() if k not in inputs}
-            object_size({**config_sizes, **sizes}, self._limits)
+            config_sizes = {k: measure(v, self.limits) for k, v in node.config.items() if k not in inputs}
+            size = object_size({**config_sizes, **sizes}, self.limits)
         except OverLimit as exc:
-            raise PipelineFailed(node, f"its arguments: {exc}") from None
-        return {**node.config, **inputs}
+            raise node_failed(node, f"its arguments: {exc}") from None
+        return {**node.config, **inputs}, size
 
     def _inputs(self, node: Node) -> tuple[dict[str, Any], dict[str, Size]]:
         """The values arriving at a node's input ports; inputs that produce no value are left out."""
@@ -198,7 +228,7 @@ class _Values:
         size = self._port_sizes.get(key)
         if size is None:
             # a part of a value already measured whole: within the bounds too
-            size = self._port_sizes[key] = measure(value, self._limits)
+            size = self._port_sizes[key] = measure(value, self.limits)
         return size
 
 

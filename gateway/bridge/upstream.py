@@ -29,11 +29,12 @@ from mcp import MCPError
 from prometheus_client import CollectorRegistry
 
 from gateway.bridge.gate import outbound
+from gateway.bridge.limits import MIB, OverLimit
 from gateway.bridge.records import ConnectionRecord, ItemKey, item_label
 from gateway.bridge.relay import Downstream, Relay
 from gateway.egress import UNUSABLE, EgressPolicy
 from gateway.mcp.connection import ClientFactory, McpConnection, Operation
-from gateway.mcp.errors import CallTimeout, describe, session_ended
+from gateway.mcp.errors import AnswerTooLarge, CallTimeout, describe, session_ended
 from gateway.mcp.metrics import PoolMetrics
 from gateway.mcp.operations import all_pages, relay_tool_call
 from gateway.mcp.pool import SessionPool
@@ -46,9 +47,6 @@ log = logging.getLogger("toolgate.bridge.upstream")
 T = TypeVar("T")
 CALL_TIMEOUT_SECONDS = 30.0
 SESSION_IDLE_SECONDS = 300.0
-MAX_ANSWER_BYTES = 16 * 1024 * 1024
-"""Largest answer (one streamed event) relayed from a connection: a bigger one (a 50 MB resource)
-is a clear error to its caller, not 50 MB held in the Bridge and sent on."""
 
 
 class UpstreamCallFailed(Exception):
@@ -70,6 +68,22 @@ class UpstreamCallFailed(Exception):
     def reason(self) -> str:
         """Why the call failed, as its caller may read it."""
         return UNUSABLE if self.guarded and self.code is None else str(self)
+
+
+class ResultTooLarge(UpstreamCallFailed, OverLimit):
+    """A connection's answer passed `bridge.limits.resultBytes` and was cut while it was read (the
+    rest never reached the Bridge). The words are the Bridge's own, so every caller reads them, also
+    of a connection made through the REST API: they tell only that a server already speaking MCP
+    answered with more than the bound. A pipeline node fails with them (an `OverLimit`)."""
+
+    def __init__(self, subject: str, limit: int, *, guarded: bool = False) -> None:
+        super().__init__(f"{subject} is over the limit of {limit} bytes", guarded=guarded)
+        self.limit = limit
+
+    @property
+    def reason(self) -> str:
+        """Why the call failed: the bound, for every caller."""
+        return str(self)
 
 
 @dataclass(frozen=True)
@@ -118,9 +132,11 @@ class Upstreams:
         registry: CollectorRegistry | None = None,
         egress: EgressPolicy | None = None,
         sealer: Sealer | None = None,
+        result_bytes: int = 4 * MIB,
     ) -> None:
         """`egress` admits connections made through the REST API (default: no internal address);
-        `sealer` opens the credentials written through it (sealing.py)."""
+        `sealer` opens the credentials written through it (sealing.py); `result_bytes` bounds every
+        answer read from a connection while it is read (`bridge.limits.resultBytes`, gateway/mcp/bounds.py)."""
         self._sealer = sealer
         self._base_dir = base_dir
         self._secrets = secrets
@@ -128,7 +144,7 @@ class Upstreams:
         self.timeout = timeout
         self._idle = idle_seconds
         self._metrics = PoolMetrics(registry if registry is not None else CollectorRegistry(), "bridge")
-        self.clients = McpClients(MAX_ANSWER_BYTES, egress)
+        self.clients = McpClients(result_bytes, egress)
         # Every key is a connection's (owner, id), never its id alone: ids are per owner (tenancy.py),
         # so two tenants' `gh` never share a target, a pool (hence a session), a catalog or a relay.
         self._targets: dict[ItemKey, tuple[ConnectionRecord, McpTarget]] = {}
@@ -206,7 +222,8 @@ class Upstreams:
         now = time.monotonic()
         if cached is not None and cached[1] is target and now - cached[0] < self._list_ttl:
             return cached[2]
-        catalog = self._scrubbed(await self._fresh(target, fetch_catalog, f"list {conn.id}"))
+        listed = await self._fresh(target, fetch_catalog, f"list {conn.id}", f"the listing of connection {conn.id}")
+        catalog = self._scrubbed(listed)
         self._catalogs[conn.key] = (now, target, catalog)
         return catalog
 
@@ -225,7 +242,7 @@ class Upstreams:
         """Call `tool` on a new session (a pipeline node, F10); raises `UpstreamCallFailed`."""
         target = self.target(conn)
         operation = relay_tool_call(tool, dict(arguments), self.timeout, self._needs_listing.setdefault(conn.key, set()))
-        return await self._fresh(target, operation, f"call {tool} on {conn.id}")
+        return await self._fresh(target, operation, f"call {tool} on {conn.id}", f"the result of {tool}")
 
     async def call_tool_as(
         self, caller: str, conn: ConnectionRecord, tool: str, arguments: dict[str, object], downstream: Downstream | None = None
@@ -235,14 +252,16 @@ class Upstreams:
         operation = relay_tool_call(
             tool, dict(arguments), self.timeout, self._needs_listing.setdefault(conn.key, set()), Relay.progress_to(downstream)
         )
-        return await self.run_as(caller, conn, operation, f"call {tool} on {conn.id}", downstream)
+        return await self.run_as(caller, conn, operation, f"call {tool} on {conn.id}", downstream, f"the result of {tool}")
 
     async def run_as(
-        self, caller: str, conn: ConnectionRecord, operation: Operation[T], what: str, downstream: Downstream | None = None
+        self, caller: str, conn: ConnectionRecord, operation: Operation[T], what: str, downstream: Downstream | None = None,
+        answer: str | None = None,
     ) -> T:
         """Run `operation` on the caller's own pooled session of `conn` (F15), within one of the
-        caller's outbound slots (gate.py); raises `UpstreamCallFailed`. Opening or replacing the
-        session admits a REST-made connection's endpoint again (`McpClients.session`, SSRF)."""
+        caller's outbound slots (gate.py); raises `UpstreamCallFailed` (`ResultTooLarge`, naming
+        `answer`, past the answer bound). Opening or replacing the session admits a REST-made
+        connection's endpoint again (`McpClients.session`, SSRF)."""
         target = self.target(conn)
         pool = self._pool(conn.key, target)
         relay = self._relay(conn.key, caller)
@@ -250,7 +269,7 @@ class Upstreams:
             with relay.serving(downstream):
                 return await outbound(pool.run(caller, "", operation))
         except Exception as exc:
-            raise self._failure(target, what, exc) from exc
+            raise self._failure(target, what, exc, answer or f"the answer of connection {conn.id}") from exc
 
     def _relay(self, key: ItemKey, caller: str) -> Relay:
         relay = self._relays.get((key, caller))
@@ -335,9 +354,9 @@ class Upstreams:
         self._pools[key] = (target, pool)
         return pool
 
-    async def _fresh(self, target: McpTarget, operation: Operation[T], what: str) -> T:
+    async def _fresh(self, target: McpTarget, operation: Operation[T], what: str, answer: str) -> T:
         """Open a session, run one operation, close the session after answering; all within one of
-        the caller's outbound slots (gate.py)."""
+        the caller's outbound slots (gate.py). `answer` names what a `ResultTooLarge` is about."""
         connection = McpConnection(self.clients.factory(target), f"{target.label}/once")
 
         async def once() -> T:
@@ -347,12 +366,15 @@ class Upstreams:
         try:
             return await outbound(once())
         except Exception as exc:
-            raise self._failure(target, what, exc) from exc
+            raise self._failure(target, what, exc, answer) from exc
         finally:
             self._in_background(connection.close(min(self.timeout, 10.0)))
 
-    def _failure(self, target: McpTarget, what: str, exc: BaseException) -> UpstreamCallFailed:
+    def _failure(self, target: McpTarget, what: str, exc: BaseException, answer: str) -> UpstreamCallFailed:
         guarded = target.guarded
+        if isinstance(exc, AnswerTooLarge):
+            log.info("%s: the answer was cut at %d bytes", what, exc.limit)
+            return ResultTooLarge(answer, exc.limit, guarded=guarded)
         if isinstance(exc, CallTimeout):
             return UpstreamCallFailed(f"{what}: timed out after {self.timeout:g}s", guarded=guarded)
         if isinstance(exc, MCPError) and not session_ended(exc):

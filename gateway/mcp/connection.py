@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 import mcp
 
-from gateway.mcp.errors import CallTimeout, McpCallFailed, SessionLost, describe, session_ended
+from gateway.mcp.bounds import watching_answer
+from gateway.mcp.errors import AnswerTooLarge, CallTimeout, McpCallFailed, SessionLost, describe, session_ended
 from gateway.mcp.target import SessionWatch, watching
 
 log = logging.getLogger("toolgate.mcp")
@@ -164,6 +165,7 @@ class McpConnection:
 
     async def _job(self, operation: Operation[T], client: mcp.Client, future: asyncio.Future[T]) -> None:
         watching(self.watch)  # the SDK sends a request from the context of the task that asks
+        answer = watching_answer()  # ... and reads its answer there, bounded (bounds.py)
         try:
             result = await operation(self, client)
         except asyncio.CancelledError:
@@ -172,7 +174,7 @@ class McpConnection:
             return
         except Exception as exc:
             if not future.done():
-                future.set_exception(exc)
+                future.set_exception(AnswerTooLarge(answer.limit) if answer.limit is not None else exc)
             return
         if not future.done():
             future.set_result(result)

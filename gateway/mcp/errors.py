@@ -45,6 +45,15 @@ class CallTimeout(McpCallFailed):
     """A call (or the session set-up) ran past `timeoutSeconds` (B17)."""
 
 
+class AnswerTooLarge(McpCallFailed):
+    """The server's answer passed the client's bound (`limit` bytes) and was cut while it was read
+    (bounds.py); the session is kept, and the call is not retried (it would fail the same way)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the MCP server's answer is over the limit of {limit} bytes")
+        self.limit = limit
+
+
 def session_ended(exc: BaseException) -> bool:
     """True when the server ended the session: the pool replaces it and retries once (B16).
 

@@ -6,15 +6,16 @@ when the response was read to its end, so every streamed answer cost a new TCP c
 connect here, an accept at the server: measured as one connect per federated call, bench/README.md).
 `DrainingTransport` reads what is left of a response that is closed early — at most
 `DRAIN_BYTES`, for at most `DRAIN_SECONDS` — and only then closes it, so a stream that ended
-returns its connection to the pool (`keep_connections` puts it under a client's transports, the
-environment's proxies included). The answer has already been delivered when the SDK closes the
-stream, so nobody waits for this; a stream that does not end in time (a GET event stream) or is
-closed under cancellation is closed as before, and its connection dropped.
+returns its connection to the pool (`target.mcp_http_client` puts it under every transport of a
+client, the environment's proxies included, with `wrap_transports`). The answer has already been
+delivered when the SDK closes the stream, so nobody waits for this; a stream that does not end in
+time (a GET event stream) or is closed under cancellation is closed as before, and its connection
+dropped.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import anyio
 import httpx2
@@ -73,16 +74,20 @@ class DrainingTransport(httpx2.AsyncBaseTransport):
         await self._inner.aclose()
 
 
-def keep_connections(client: httpx2.AsyncClient) -> httpx2.AsyncClient:
+def wrap_transports(
+    client: httpx2.AsyncClient, wrap: Callable[[httpx2.AsyncBaseTransport], httpx2.AsyncBaseTransport]
+) -> httpx2.AsyncClient:
     """`client` with every transport it chooses from (its own and the proxies' it mounted from the
-    environment) wrapped in a `DrainingTransport`. httpx2 offers no public hook for this, so should
-    its attributes change shape the client is returned as it is (connections are then not kept)."""
+    environment) replaced by `wrap(transport)`. httpx2 offers no public hook for this; should its
+    attributes change shape, this raises rather than leave a transport unwrapped (the answer bound
+    of bounds.py relies on it)."""
     transport = getattr(client, "_transport", None)
     mounts = getattr(client, "_mounts", None)
     if not isinstance(transport, httpx2.AsyncBaseTransport) or not isinstance(mounts, dict):  # pragma: no cover
-        return client
-    client._transport = DrainingTransport(transport)  # noqa: SLF001
+        raise RuntimeError("httpx2's client has no transport to wrap")
+    client._transport = wrap(transport)  # noqa: SLF001
     for pattern, mounted in mounts.items():
         if isinstance(mounted, httpx2.AsyncBaseTransport):
-            mounts[pattern] = DrainingTransport(mounted)
+            mounts[pattern] = wrap(mounted)
     return client
+

@@ -3,9 +3,10 @@
 `McpTarget` names one MCP server: a Streamable HTTP endpoint (either protocol generation) or a
 stdio command, the auth header (its value already resolved from a secret reference), the protocol
 mode and the call bound. `McpClients` holds what sessions share: one `httpx2` client per auth
-header (creating one costs ~25 ms), the discovery cache (a server's `server/discover` answer, or
-the fact that it only speaks the handshake generation, so no later session probes again), and the
-response hook that notices a server ending a session with a bare HTTP status (`SessionWatch`).
+header (creating one costs ~25 ms; each bounds every answer while it is read, bounds.py), the
+discovery cache (a server's `server/discover` answer, or the fact that it only speaks the handshake
+generation, so no later session probes again), and the response hook that notices a server ending
+a session with a bare HTTP status (`SessionWatch`).
 
 A `guarded` target is an endpoint a caller chose (a connection made through the REST API): every
 session to it (a first one, a replacement, a pipeline node's) is admitted by the egress policy
@@ -32,16 +33,19 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.egress import DestinationRefused, EgressPolicy
+from gateway.mcp.bounds import BoundedTransport
 from gateway.mcp.errors import SESSION_ENDED
-from gateway.mcp.reuse import keep_connections
+from gateway.mcp.reuse import DrainingTransport, wrap_transports
 
 log = logging.getLogger("toolgate.mcp")
 
 PYTHON_NAMES = frozenset({"python", "python3"})
 
 MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024
-"""Largest server-sent event (one JSON-RPC answer) read from a Streamable HTTP server. The SDK's
-default (1 MiB) failed any tool result over it, though the same result sent as plain JSON passes."""
+"""Default largest answer (one JSON-RPC message: a JSON body, or one server-sent event) read from a
+Streamable HTTP server, counted while it arrives (bounds.py); mcp_bridge's, whose servers are the
+operator's. The Bridge passes its own, smaller bound (`bridge.limits.resultBytes`). (The SDK's
+default, 1 MiB per event, would fail ordinary large tool results.)"""
 
 MCP_LIMITS = httpx2.Limits(max_connections=None, max_keepalive_connections=200, keepalive_expiry=2.0)
 """No cap on connections: every open session of a session-ful server holds one for its event
@@ -166,20 +170,23 @@ async def _event_stream_answered(stream: EventStream, target: McpTarget) -> None
                  target.label, EVENT_STREAM_SECONDS)
 
 
-def mcp_http_client(headers: dict[str, str] | None = None, egress: EgressPolicy | None = None) -> httpx2.AsyncClient:
+def mcp_http_client(
+    headers: dict[str, str] | None = None, egress: EgressPolicy | None = None, max_answer_bytes: int = MAX_SSE_EVENT_BYTES
+) -> httpx2.AsyncClient:
     """An `httpx2` client for MCP servers: long reads (event streams), no connection cap, the session
-    watch, connections kept after a streamed answer (reuse.py); with `egress`, on its guarded
-    transport (no proxy from the environment either)."""
+    watch, every answer bounded at `max_answer_bytes` while it is read (bounds.py), connections kept
+    after a streamed answer (reuse.py); with `egress`, on its guarded transport (no proxy from the
+    environment either)."""
     guarded: dict[str, Any] = {"transport": egress.transport(MCP_LIMITS), "trust_env": False} if egress is not None else {}
-    return keep_connections(
-        httpx2.AsyncClient(
-            headers=headers or {},
-            timeout=httpx2.Timeout(30, read=300),
-            limits=MCP_LIMITS,
-            event_hooks={"response": [_watch_response]},
-            **guarded,
-        )
+    client = httpx2.AsyncClient(
+        headers=headers or {},
+        timeout=httpx2.Timeout(30, read=300),
+        limits=MCP_LIMITS,
+        event_hooks={"response": [_watch_response]},
+        **guarded,
     )
+    # the bound inside the draining: a cut answer is closed at once, not drained
+    return wrap_transports(client, lambda inner: DrainingTransport(BoundedTransport(inner, max_answer_bytes)))
 
 
 @dataclass(frozen=True)
@@ -198,8 +205,9 @@ class McpClients:
     """HTTP clients by auth header and the discovery cache, shared by every session of an owner.
     `egress` admits guarded targets (by default: no loopback, private or link-local address)."""
 
-    def __init__(self, max_sse_event_bytes: int = MAX_SSE_EVENT_BYTES, egress: EgressPolicy | None = None) -> None:
-        self.max_sse_event_bytes = max_sse_event_bytes
+    def __init__(self, max_answer_bytes: int = MAX_SSE_EVENT_BYTES, egress: EgressPolicy | None = None) -> None:
+        """`max_answer_bytes`: the largest answer (a JSON body, one event) read from a server (bounds.py)."""
+        self.max_answer_bytes = max_answer_bytes
         self.egress = egress if egress is not None else EgressPolicy()
         self._http: dict[tuple[tuple[str, str] | None, bool], httpx2.AsyncClient] = {}
         self._discovered: dict[tuple[Any, ...], Discovered] = {}
@@ -208,7 +216,9 @@ class McpClients:
         """The client sending `auth_header` (or none), guarded or not, created on first use."""
         client = self._http.get((auth_header, guarded))
         if client is None:
-            client = mcp_http_client(dict([auth_header]) if auth_header else None, self.egress if guarded else None)
+            client = mcp_http_client(
+                dict([auth_header]) if auth_header else None, self.egress if guarded else None, self.max_answer_bytes
+            )
             self._http[(auth_header, guarded)] = client
         return client
 
@@ -239,7 +249,7 @@ class McpClients:
             assert target.endpoint is not None
             transport = streamable_http_client(
                 target.endpoint, http_client=self.http(target.auth_header, target.guarded),
-                max_sse_event_size=self.max_sse_event_bytes,
+                max_sse_event_size=self.max_answer_bytes,  # a backstop: the transport's bound cuts first
             )
         known = self._discovered.get(target.key)
         mode: str = target.protocol if known is None else known.mode

@@ -47,7 +47,7 @@ async def test_an_answer_too_large_to_relay_is_a_clear_error_and_others_are_serv
         closed = state.wait_for(lambda: sorted(state.deleted) == sorted(state.opened), timeout=10)
     assert big.is_error
     assert text(big) == (
-        "tool faulty__big failed: call big on faulty: the MCP server's answer could not be read (too large or malformed)"
+        "tool faulty__big failed: the result of big is over the limit of 4194304 bytes"
     )
     assert not bobs.is_error and text(bobs).endswith(" call 1")
     assert text(after).endswith(" call 1") and not after.is_error, "alice's session survives an answer it could not read"

@@ -78,9 +78,10 @@ async def test_a_federated_tool_call_reaches_the_owning_connection(world: World,
 
 
 async def test_a_federated_tool_answer_over_one_mebibyte_is_relayed_whole(world: World) -> None:
-    # R: F1 -- a large answer goes through the Bridge to its client unchanged (the Bridge's
-    # client reads streamed answers of up to 64 MiB, like mcp_bridge's; the SDK default is 1 MiB).
-    text = "x" * (3 * 1024 * 1024)
+    # R: F1 -- a large answer goes through the Bridge to its client unchanged (the Bridge reads
+    # answers of up to bridge.limits.resultBytes, 4 MiB: this one's text and structuredContent
+    # together are 3 MiB; the SDK's default event size is 1 MiB).
+    text = "x" * (3 * 1024 * 1024 // 2)
     transport = streamable_http_client(f"{world.url}/mcp", http_client=mcp_http("alice-key"),
                                        max_sse_event_size=16 * 1024 * 1024)
     async with Client(transport, mode="legacy") as alice:

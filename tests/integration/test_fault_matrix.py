@@ -291,7 +291,7 @@ def test_mcp_tool_answer_over_the_size_cap_fails_once_without_a_retry_and_keeps_
     model.script.push(Reply(tool_calls=[("big", {"megabytes": 2})]), Reply(tool_calls=[("count", {})]), Reply(content="too long"))
     with watched_gateway(config, model, [state], [mcp]) as gw:
         assert ask(gw).choices[0].message.content == "too long"
-        assert model.tool_text(1) == "the tool failed: the MCP server's answer could not be read (too large or malformed)"
+        assert model.tool_text(1) == "the tool failed: the MCP server's answer is over the limit of 1048576 bytes"
         (session,) = state.opened
         assert model.tool_text(2) == f"session {session} call 1", "the session outlives an answer it could not read"
         assert state.calls["big"] == 1, "the same call would fail the same way: it is not run again"
