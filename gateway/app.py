@@ -26,7 +26,7 @@ from gateway.api.content_type import JsonBodies
 from gateway.api.dialect import Dialect
 from gateway.api.messages import MessagesDialect
 from gateway.api.responses import ResponsesDialect
-from gateway.auth import authorization_of
+from gateway.auth import authorization_of, client_address
 from gateway.chat import ChatHandler
 from gateway.config import Config, load_config
 from gateway.console.oidc import add_oidc_sign_in
@@ -254,7 +254,7 @@ def _bridge_service(gateway: Gateway, console: Console) -> Any:
     from gateway.bridge.service import BridgeService
 
     async def authenticate(request: Request) -> Identity:
-        return await gateway.auth.authenticate(authorization_of(request.headers), request.url.path)
+        return await gateway.auth.authenticate(authorization_of(request.headers), request.url.path, client_address(request))
 
     return BridgeService(
         settings, authenticate=authenticate, api_authenticate=console.authenticator(authenticate), http=gateway.http, metrics=gateway.metrics.registry,

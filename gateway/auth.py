@@ -12,10 +12,11 @@ from typing import Any
 import httpx2
 import jwt
 from starlette.datastructures import Headers
+from starlette.requests import HTTPConnection
 
 from gateway.config import AuthConfig, ClaimMap, JwtSettings
 from gateway.errors import Unauthorized, Unavailable
-from gateway.identity import ANONYMOUS, Identity
+from gateway.identity import Identity
 from gateway.oauth import InvalidToken, KeySet, ResourceServer, verify_jwt
 from gateway.secrets import SecretSet, resolve_secret
 
@@ -54,6 +55,20 @@ def authorization_of(headers: Headers) -> str | None:
             raise Unauthorized(f"credential refused: send exactly one {'Authorization' if name == 'authorization' else name} header")
     values = headers.getlist("authorization")
     return values[0] if values else None
+
+
+FORWARDED = "forwarded"
+"""The client address of every request that carries X-Forwarded-For (see `client_address`)."""
+
+
+def client_address(connection: HTTPConnection) -> str | None:
+    """The address a request came from, for telling callers apart when nothing else can (auth off).
+    A request with `X-Forwarded-For` counts as the one address `FORWARDED`: uvicorn takes the
+    client's address from that header when the peer is a trusted proxy (loopback by default), so
+    any local client could otherwise name a new address with every request."""
+    if "x-forwarded-for" in connection.headers:
+        return FORWARDED
+    return connection.client.host if connection.client is not None else None
 
 
 class Authenticator:
@@ -95,11 +110,13 @@ class Authenticator:
             return self.oauth.refused(message, path, presented=presented)
         return Unauthorized(message)
 
-    async def authenticate(self, authorization: str | None, path: str = "/") -> Identity:
-        """The identity of the caller of `path`; raises `Unauthorized` (401) without a valid credential."""
+    async def authenticate(self, authorization: str | None, path: str = "/", client: str | None = None) -> Identity:
+        """The identity of the caller of `path`; raises `Unauthorized` (401) without a valid credential.
+        With `auth.mode: none` anyone may send any bearer string, so the identity also carries
+        `client` (the request's address), by which per-caller limits then count (G4, F2)."""
         if self.mode == "none":
             token = bearer_token(authorization)
-            return Identity(credential_fp=fingerprint(token)) if token else ANONYMOUS
+            return Identity(credential_fp=fingerprint(token) if token else None, client_address=client)
         try:
             token = bearer_token(authorization)
         except Unauthorized as exc:

@@ -21,6 +21,9 @@ class Identity:
     expires_at: float | None = field(default=None, compare=False)
     """When the credential that proved this identity expires (epoch seconds; None: it does not —
     an API key). Not part of who the caller is: two tokens of one user are the same caller."""
+    client_address: str | None = field(default=None, compare=False)
+    """Only with `auth.mode: none`, where a bearer string proves nothing: the address the request
+    came from, which the Bridge's per-caller limits count by instead (sessions/`caller_key`)."""
 
     @property
     def is_anonymous(self) -> bool:

@@ -23,7 +23,11 @@ Binding = tuple[str | tuple[str, str] | None, ...]
 def caller_key(identity: Identity) -> Binding:
     """Who a caller is, for everything the Bridge keeps or bounds per caller: the user (with its
     org), else the credential itself — two credentials that name only an org, or none, are two
-    callers (G4), never one by org alone."""
+    callers (G4), never one by org alone. With `auth.mode: none` (the identity then carries its
+    client address) the address: there any bearer string is accepted, so counting by it would give
+    one client as many callers, and as many sessions and outbound slots, as strings it makes up."""
+    if identity.client_address is not None:
+        return ("address", identity.client_address, None)
     if identity.user_id is None:
         return ("credential", identity.credential_fp, identity.org_id)
     return ("user", identity.user_id, identity.org_id)
