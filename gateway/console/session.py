@@ -111,10 +111,6 @@ class ConsoleSessions:
     def __len__(self) -> int:
         return len(self._table)
 
-    def held_by(self, identity: Identity) -> int:
-        """How many sessions `identity` holds now."""
-        return len(self._owned.get(caller_key(identity), ()))
-
     def create(self, identity: Identity, expires_at: float | None = None) -> ConsoleSession:
         """A new session for a proven `identity`. Past `per_identity` (or with the table full), that
         identity's own least recently used session ends; with the table full of others' live

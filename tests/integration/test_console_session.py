@@ -14,6 +14,7 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.console.once import OnceTable
 from gateway.console.session import ConsoleFull, ConsoleSessions
 from gateway.identity import Identity
 from tests.support import canary
@@ -212,6 +213,21 @@ def test_signing_in_again_replaces_the_old_session(upstream: ScriptedUpstream, t
             replayed = replay.get("/bridges")
     assert old and new and old != new and as_bob.status_code == 200
     assert replayed.status_code == 401  # the first session is gone
+
+
+def test_a_once_table_gives_each_token_once_within_its_lifetime_and_stays_bounded() -> None:
+    # R: C1 -- the sign-in form's token and the issuer's state
+    now = [0.0]
+    tokens = OnceTable[str](lifetime_seconds=60, capacity=2, clock=lambda: now[0])
+    first = tokens.issue("a")
+    assert tokens.take(first) == "a" and tokens.take(first) is None  # once
+    stale, left = tokens.issue("b"), tokens.issue("c")
+    now[0] = 61.0
+    assert tokens.take(stale) is None
+    fresh = [tokens.issue(v) for v in ("d", "e", "f")]  # stale ones dropped; past the capacity the oldest
+    assert len(tokens) == 2 and tokens.take(left) is None
+    assert [tokens.take(t) for t in fresh] == [None, "e", "f"]
+    assert tokens.take(None) is None and tokens.take("x" * 500) is None
 
 
 @pytest.mark.parametrize("bad", [{"idle_seconds": 0}, {"max_age_seconds": 0}, {"max_sessions": 0}, {"per_identity": 0}])
