@@ -22,6 +22,7 @@ export function ConnectionsView() {
   const [connections, setConnections] = useState([]);
   const [bridges, setBridges] = useState([]);
   const [error, setError] = useState(null);
+  const [notice, setNotice] = useState(null);
   const [conn, setConn] = useState(blankConnection);
   const [editingConn, setEditingConn] = useState(null);
   const [bridge, setBridge] = useState(blankBridge);
@@ -39,14 +40,21 @@ export function ConnectionsView() {
     try { await fn(); await load(); } catch (e) { setError(e.message); }
   };
 
+  // A credential is bound to the endpoint and header it was written for: the server drops it when
+  // either changes unless the same save writes one again.
+  const dropsCredential = !!editingConn?.authHeaderName && conn.secret === ""
+    && (conn.endpoint !== editingConn.endpoint || (conn.header || "Authorization") !== editingConn.authHeaderName);
   const saveConnection = (e) => {
     e.preventDefault();
     act(async () => {
       const body = { endpoint: conn.endpoint };
       if (conn.prefix !== "") body.prefix = conn.prefix;
       if (conn.secret !== "") { body.authHeaderName = conn.header || "Authorization"; body.authSecret = conn.secret; }
-      if (editingConn) await api("PATCH", itemPath("connections", editingConn.id, editingConn.owner), body);
+      else if (dropsCredential && conn.endpoint === editingConn.endpoint) body.authHeaderName = null;  // a new header, no value
+      let saved;
+      if (editingConn) saved = await api("PATCH", itemPath("connections", editingConn.id, editingConn.owner), body);
       else await api("POST", "/connections", { ...body, id: conn.id, owner: conn.owner });
+      setNotice(saved?.credential === "dropped" ? `Saved. The credential of ${saved.id} was dropped: it was written for the old endpoint. Write it again to send one.` : null);
       setConn(blankConnection()); setEditingConn(null);
     });
   };
@@ -65,6 +73,7 @@ export function ConnectionsView() {
   return (
     <main className="page">
       {error && <p className="error" role="alert">{error}</p>}
+      {notice && <p className="hint" role="status">{notice}</p>}
       <section>
         <h2>Connections</h2>
         <table className="list" data-testid="connections">
@@ -89,6 +98,7 @@ export function ConnectionsView() {
           <Field label="credential header"><input name="connection-header" value={conn.header} placeholder="Authorization" onChange={(e) => setConn({ ...conn, header: e.target.value })} /></Field>
           <Field label="credential (written once)"><input name="connection-secret" type="password" autoComplete="off" value={conn.secret} placeholder={editingConn ? "(unchanged)" : "(none)"} onChange={(e) => setConn({ ...conn, secret: e.target.value })} /></Field>
           {!editingConn && <Field label="owner"><OwnerSelect name="connection-owner" value={conn.owner} onChange={(owner) => setConn({ ...conn, owner })} /></Field>}
+          {dropsCredential && <p className="error" role="alert" data-testid="credential-dropped">Changing the endpoint or the header drops the stored credential (it is sent only where it was written for): write it again here to keep one.</p>}
           <button type="submit">{editingConn ? "Save connection" : "Add connection"}</button>
           {editingConn && <button type="button" onClick={() => { setEditingConn(null); setConn(blankConnection()); }}>Cancel</button>}
         </form>
