@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -334,3 +335,20 @@ async def test_a_wave_whose_arguments_total_over_the_bound_is_refused_before_any
         "of arguments, over the limit of 16777216 bytes; none of them was called"
     )
     assert world.log.of("take") == [], "no tool of the wave was called"
+
+
+async def test_a_waves_results_together_over_the_bound_fail_the_node_whose_result_passes_it(world: World) -> None:
+    # R: F10, F11 (each result is under resultBytes; five of them together are over waveBytes)
+    fan = 5
+    nodes = [node("in1", "input", outputs=["q"]), node("out1", "output", inputs=[f"r{i}" for i in range(fan)])]
+    nodes += [tool_node(f"t{i}", "flood", inputs=["q"], outputs=["result"], config={"bytes": 3_500_000}) for i in range(fan)]
+    edges = [edge(f"a{i}", "in1.q", f"t{i}.q") for i in range(fan)] + [edge(f"b{i}", f"t{i}.result", f"out1.r{i}") for i in range(fan)]
+    await save(world, graph(nodes, edges, [pipeline("five")]))
+    async with caller(world, "/mcp/pipes") as alice:
+        result = await call(alice, "five", {"q": "go"})
+    (content,) = result.content
+    assert isinstance(content, types.TextContent)
+    assert re.fullmatch(
+        r"node t[0-4] \(flood\) failed: the results of the 5 tool nodes that run together are over the limit of 16777216 bytes",
+        content.text,
+    ), content.text
