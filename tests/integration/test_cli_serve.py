@@ -100,8 +100,8 @@ def test_serve_refuses_a_bad_config_with_its_problems(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        f"{bad}: upstreams: List should have at least 1 item after validation, not 0",
-        f"{bad}: routes: List should have at least 1 item after validation, not 0",
+        f"{bad}:1:1: upstreams: List should have at least 1 item after validation, not 0",
+        f"{bad}:2:1: routes: List should have at least 1 item after validation, not 0",
     ]
 
 
