@@ -1,21 +1,22 @@
 """Secret references (G8): `env:NAME` or `file:PATH`, never a literal value in the config.
 
-Every resolved value is remembered in a `SecretSet` so logs can be scrubbed of it as a last line
-of defence (gateway.logs).
+Every resolved value is remembered in a `SecretSet` so logs, errors and results can be scrubbed of
+it as a last line of defence (gateway.logs; the spellings found: gateway.secret_forms).
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, TypeVar, get_args
-from urllib.parse import quote, quote_plus
 
 from pydantic import AfterValidator, BaseModel
 from pydantic.fields import FieldInfo
+
+from gateway.secret_forms import MIN_ENCODED_FORM, SecretIndex
+from gateway.secret_forms import REDACTED as REDACTED  # the scrubbing rules live in gateway.secret_forms
+from gateway.secret_forms import secret_forms as secret_forms
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -49,34 +50,13 @@ class SecretError(ValueError):
     """A reference that cannot be resolved; the message names the reference, never a value."""
 
 
-MIN_ENCODED_FORM = 8
-"""Encoded forms shorter than this are not searched for (too likely to occur by chance)."""
-
-REDACTED = "[redacted]"
-
-
-def secret_forms(value: str) -> set[str]:
-    """`value` and the forms it takes through simple encodings: reversed, URL-encoded, JSON-escaped,
-    hex (both cases), and base64 (standard and URL-safe) at each of the three byte alignments it can
-    have inside a longer encoded text (the characters that depend on neighbouring bytes left out)."""
-    raw = value.encode("utf-8")
-    forms = {value[::-1], quote(value, safe=""), quote_plus(value), json.dumps(value)[1:-1], raw.hex(), raw.hex().upper()}
-    forms |= {form.lower() for form in list(forms) if "%" in form}
-    for shift, head in ((0, 0), (1, 2), (2, 3)):
-        encoded = base64.b64encode(b"\0" * shift + raw).decode("ascii").rstrip("=")
-        tail = 1 if (shift + len(raw)) % 3 else 0
-        core = encoded[head: len(encoded) - tail]
-        forms |= {core, core.replace("+", "-").replace("/", "_")}
-    return {value} | {form for form in forms if len(form) >= MIN_ENCODED_FORM}
-
-
 class SecretSet:
     """The secret values this process resolved, for scrubbing whatever leaves it: logs, errors,
     and what MCP servers send back (a server may echo the credential it was given, B4)."""
 
     def __init__(self) -> None:
         self._values: set[str] = set()
-        self._pattern: re.Pattern[str] | None = None
+        self._index: SecretIndex | None = None
 
     def add(self, value: str) -> None:
         """Remember a resolved secret (values under 4 characters are too short to search for). A
@@ -86,17 +66,18 @@ class SecretSet:
         for item in (value, credential.strip()) if len(credential.strip()) >= MIN_ENCODED_FORM else (value,):
             if len(item) >= 4 and item not in self._values:
                 self._values.add(item)
-                self._pattern = None
+                self._index = None
 
     def scrub(self, text: str) -> str:
-        """`text` with every secret, in every form of `secret_forms`, replaced by `[redacted]`."""
-        if not self._values:
+        """`text` with every secret, in every form of `secret_forms`, replaced by `[redacted]`:
+        case-folded, with separators between its characters, and through escapes too (the rules
+        and what they cannot catch: gateway.secret_forms)."""
+        if not self._values or not text:
             return text
-        pattern = self._pattern
-        if pattern is None:
-            forms = sorted({f for v in self._values for f in secret_forms(v)}, key=len, reverse=True)
-            pattern = self._pattern = re.compile("|".join(re.escape(f) for f in forms))
-        return pattern.sub(REDACTED, text)
+        index = self._index
+        if index is None:
+            index = self._index = SecretIndex(self._values)
+        return index.scrub(text)
 
     def scrub_json(self, value: Any) -> Any:
         """A JSON value (dicts, lists, strings: keys and values) with every string scrubbed."""
