@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.accounting import RECORD_KEY, RequestRecord
 from gateway.api.chat import ChatDialect
 from gateway.api.content_type import JsonBodies
+from gateway.api.local_hosts import LoopbackOnly
 from gateway.api.dialect import Dialect
 from gateway.api.messages import MessagesDialect
 from gateway.api.responses import ResponsesDialect
@@ -232,6 +233,8 @@ def create_app(config: Config) -> FastAPI:
     _install_error_handlers(app, gateway)
     server = config.server
     app.add_middleware(JsonBodies, checked=frozenset(DIALECT_PATHS), scrub=gateway.secrets.scrub)  # 415 (G6)
+    if config.auth.mode == "none" and not server.allow_remote_without_auth:
+        app.add_middleware(LoopbackOnly, scrub=gateway.secrets.scrub)  # DNS rebinding (local_hosts.py)
     app.add_middleware(RequestIdMiddleware, body_timeout=server.body_timeout_seconds, max_header_bytes=server.max_header_bytes)
     return app
 
@@ -248,9 +251,6 @@ def _bridge_service(gateway: Gateway, console: Console) -> Any:
     settings = gateway.config.bridge
     if settings is None or not settings.enabled:
         return None
-    if gateway.config.auth.mode == "none" and not settings.allowedHosts:
-        # anonymous access: only loopback Host/Origin values, so a web page cannot rebind a name to us
-        settings = settings.model_copy(update={"allowedHosts": ["127.0.0.1:*", "localhost:*", "[::1]:*"]})
     from gateway.bridge.service import BridgeService
 
     async def authenticate(request: Request) -> Identity:

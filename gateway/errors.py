@@ -90,6 +90,13 @@ class UnsupportedMediaType(GatewayError):
     status, type, code = 415, "invalid_request_error", "unsupported_media_type"
 
 
+class MisdirectedRequest(GatewayError):
+    """A request addressed (`Host`) to a name this gateway does not answer to: with auth off, a
+    name other than loopback's means a page reached it through DNS rebinding."""
+
+    status, type, code = 421, "invalid_request_error", "misdirected_request"
+
+
 class HeadersTooLarge(GatewayError):
     status, type, code = 431, "invalid_request_error", "headers_too_large"
 
