@@ -17,6 +17,11 @@ session: the SDK turns a `StreamError` in a JSON answer into a parse error for t
 the exception is both. The response is closed at once: the rest of the answer is never read and
 its connection is dropped. The request's job learns that it was the bound, not the server, through
 the `AnswerWatch` of its context (`watching_answer`), and reports `AnswerTooLarge` (errors.py).
+
+The count is of the bytes as sent, so an answer must not be compressed: httpx2 decodes a
+`Content-Encoding` after the transport, and a gzipped 16 MiB result is 16 KiB on the wire.
+`BoundedTransport` asks for `Accept-Encoding: identity` and refuses an encoded answer unread
+(`AnswerEncoded`, the same two bases: the request fails, the session is kept).
 """
 
 from __future__ import annotations
@@ -38,6 +43,14 @@ class AnswerOverLimit(httpx2.SSEError, httpx2.StreamError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"the MCP server's answer is over the limit of {limit} bytes")
         self.limit = limit
+
+
+class AnswerEncoded(httpx2.SSEError, httpx2.StreamError):
+    """An answer sent with a `Content-Encoding` although identity was asked for: its decoded size
+    cannot be counted as it is read, so it is not read at all."""
+
+    def __init__(self, encoding: str) -> None:
+        super().__init__(f"the MCP server's answer is content-encoded ({encoding[:32]}); only identity is read")
 
 
 @dataclass
@@ -71,12 +84,15 @@ def event_bytes(counted: int, last: bytes, chunk: bytes) -> int:
 
 
 class _BoundedStream(httpx2.AsyncByteStream):
-    def __init__(self, inner: httpx2.AsyncByteStream, max_bytes: int, per_event: bool) -> None:
+    def __init__(self, inner: httpx2.AsyncByteStream, max_bytes: int, per_event: bool, encoding: str | None = None) -> None:
         self._inner = inner
         self._max = max_bytes
         self._per_event = per_event
+        self._encoding = encoding
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._encoding is not None:
+            raise AnswerEncoded(self._encoding)
         counted = 0
         last = b""
         async for chunk in self._inner:
@@ -98,17 +114,22 @@ class _BoundedStream(httpx2.AsyncByteStream):
 
 class BoundedTransport(httpx2.AsyncBaseTransport):
     """Wraps a transport; every response body is bounded at `max_bytes` as it is read (per event
-    for an event stream)."""
+    for an event stream). Answers are asked for, and only read, without a content encoding."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport, max_bytes: int) -> None:
         self._inner = inner
         self.max_bytes = max_bytes
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        request.headers["Accept-Encoding"] = "identity"
         response = await self._inner.handle_async_request(request)
         assert isinstance(response.stream, httpx2.AsyncByteStream)
         media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-        response.stream = _BoundedStream(response.stream, self.max_bytes, per_event=media == "text/event-stream")
+        codings = [c.strip().lower() for c in response.headers.get_list("content-encoding", split_commas=True)]
+        encoding = ", ".join(c for c in codings if c and c != "identity") or None
+        response.stream = _BoundedStream(
+            response.stream, self.max_bytes, per_event=media == "text/event-stream", encoding=encoding
+        )
         return response
 
     async def aclose(self) -> None:
