@@ -40,12 +40,7 @@ def gzip_server(seen: list[str]) -> Any:
     """A stateless MCP server; `bomb` answers gzip-compressed JSON, everything else plain JSON.
     `seen` collects the Accept-Encoding of every tools/call."""
 
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:  # served with lifespan="off"
         body = b""
         while True:
             message = await receive()
@@ -83,7 +78,7 @@ def gzip_server(seen: list[str]) -> Any:
 @pytest.fixture(scope="module")
 def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerThread, list[str]]]:
     seen: list[str] = []
-    with serve(gzip_server(seen)) as upstream:
+    with serve(gzip_server(seen), lifespan="off") as upstream:
         config = BridgeConfig.model_validate({
             "database": "bridge.db",
             "connections": [{"id": "zip", "owner": "alice", "endpoint": f"{upstream.url}/mcp"}],
