@@ -70,7 +70,6 @@ _LONG = 2 * _GRAM - 1
 
 _FOLD = bytes.maketrans(string.ascii_uppercase.encode(), string.ascii_lowercase.encode())
 _NOT_LETTERS = bytes(b for b in range(128) if not chr(b).isalnum())
-_NOT_LETTER_CHARS = _NOT_LETTERS.decode("ascii")
 _NO_CHARACTER = "\ufffd"
 
 _HEX = "[0-9a-fA-F]"
@@ -171,10 +170,9 @@ def decoded_letters(text: str) -> bytes | None:
 
 
 def _edges(form: str) -> tuple[str, str]:
-    """The characters of `form` before its first letter and after its last one."""
-    head = len(form) - len(form.lstrip(_NOT_LETTER_CHARS))
-    tail = len(form) - len(form.rstrip(_NOT_LETTER_CHARS))
-    return form[:head], form[len(form) - tail:]
+    """The characters of `form` before its first letter or digit and after its last one."""
+    at = [index for index, char in enumerate(form) if char.isascii() and char.isalnum()]
+    return form[: at[0]], form[at[-1] + 1:]
 
 
 def _spelled(char: str) -> str:
@@ -206,6 +204,7 @@ class SecretIndex:
                 else:
                     exact.add(form)
         self._edges = needles
+        self._shortest = min(map(len, needles), default=sys.maxsize)
         self._short = frozenset(needle for needle in needles if len(needle) < _LONG)
         self._blocks: dict[int, set[bytes]] = {}
         for needle in needles:
@@ -224,7 +223,10 @@ class SecretIndex:
         only the places that involve an escape)."""
         if self._exact is not None:
             text = self._exact.sub(REDACTED, text)
-        for needle in self._candidates(letters(text)):
+        hay = letters(text)
+        if len(hay) < self._shortest:  # decoding escapes only ever lowers the count of letters
+            return text
+        for needle in self._candidates(hay):
             text = self._pattern(needle, escaped=False).sub(REDACTED, text)
         decoded = decoded_letters(text)
         if decoded is not None:
@@ -235,7 +237,7 @@ class SecretIndex:
     def _candidates(self, hay: bytes) -> list[bytes]:
         """The needles that occur in `hay`. A long one is looked for only when one of its blocks
         is among `hay`'s aligned 8-letter words."""
-        possible = set(self._short)
+        possible = {needle for needle in self._short if len(needle) <= len(hay)}
         whole = len(hay) - len(hay) % _GRAM
         if whole and self._block_set:
             for block in self._block_set.intersection(memoryview(hay)[:whole].cast("Q")):
