@@ -23,6 +23,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from pathlib import Path
 from typing import Any, Literal
 
@@ -170,6 +171,13 @@ async def _event_stream_answered(stream: EventStream, target: McpTarget) -> None
                  target.label, EVENT_STREAM_SECONDS)
 
 
+def no_cookies() -> CookieJar:
+    """A cookie jar that keeps nothing. One client serves every owner whose connections send the
+    same auth header (or none), so a cookie one caller's server set would go out with the next
+    owner's calls to that host; MCP sessions are the `Mcp-Session-Id` header, never a cookie."""
+    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+
+
 def mcp_http_client(
     headers: dict[str, str] | None = None, egress: EgressPolicy | None = None, max_answer_bytes: int = MAX_SSE_EVENT_BYTES
 ) -> httpx2.AsyncClient:
@@ -180,6 +188,7 @@ def mcp_http_client(
     guarded: dict[str, Any] = {"transport": egress.transport(MCP_LIMITS), "trust_env": False} if egress is not None else {}
     client = httpx2.AsyncClient(
         headers=headers or {},
+        cookies=no_cookies(),
         timeout=httpx2.Timeout(30, read=300),
         limits=MCP_LIMITS,
         event_hooks={"response": [_watch_response]},
