@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import base64
 import codecs
+import html
 import json
 import logging
+import random
+import re
+import string
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -86,16 +90,25 @@ def secret_part(encode: Encode, around: tuple[str, str]) -> tuple[str, int, int]
     return text, start, end
 
 
+SLACK = 8
+"""How far past the secret's own characters a replacement may reach: the start of an escape
+(`&#x`, `\\u00`, `%`), a `;`, base64 padding."""
+
+
 def replaced_whole(scrubbed: str, text: str, start: int, end: int, edge: int) -> str | None:
     """None when `scrubbed` is `text` with one span covering [start, end) (but for `edge`
-    characters at either end) replaced by `[redacted]`, the rest unchanged; else what is wrong."""
+    characters at either end, and reaching at most `SLACK` past it) replaced by `[redacted]`, the
+    rest unchanged; else what is wrong."""
     if scrubbed.count("[redacted]") != 1:
         return f"{scrubbed.count('[redacted]')} redactions in {canary.describe(scrubbed)[:300]!r}"
     head, tail = scrubbed.split("[redacted]")
     if not (text.startswith(head) and text.endswith(tail)):
         return "the text around the secret changed"
-    if len(head) > start + edge or len(text) - len(tail) < end - edge:
-        return f"part of the secret's span was left: kept [0, {len(head)}) and [{len(text) - len(tail)}, ...), secret in [{start}, {end})"
+    kept_until, kept_from = len(head), len(text) - len(tail)
+    if kept_until > start + edge or kept_from < end - edge:
+        return f"part of the secret's span was left: kept [0, {kept_until}) and [{kept_from}, ...), secret in [{start}, {end})"
+    if kept_until < start - SLACK or kept_from > end + SLACK:
+        return f"more than the secret's span was replaced: [{kept_until}, {kept_from}), secret in [{start}, {end})"
     return None
 
 
@@ -113,6 +126,53 @@ def test_a_secret_in_each_form_is_replaced_whole_and_the_text_around_it_kept(for
     text, start, end = secret_part(encode, ('{"headers": {"x-api-token": "', '", "host": "h"}}'))
     problem = replaced_whole(scrubber().scrub(text), text, start, end, edge)
     assert problem is None, problem
+
+
+SEPARATORS = [" ", "-", "_", ".", ", ", "\n", "—", "é", "&amp;", "&#45;", "\\u002d", "%20", "&hyphen;", "", "", ""]
+
+
+def spelled_at_random(form: str, rng: random.Random) -> str:
+    """`form` with each letter in either case, plain or escaped in one of the ways scrubbing
+    decodes, and a separator (or none) after each character."""
+    def spell(char: str) -> str:
+        if not char.isalnum():
+            return char
+        char = rng.choice([char.lower(), char.upper()])
+        return rng.choice([
+            char, char, char, f"&#x{ord(char):0{rng.randrange(1, 6)}x};", f"&#{ord(char):0{rng.randrange(1, 6)}d};",
+            f"\\u{ord(char):04x}", f"\\x{ord(char):02X}", f"%{ord(char):02x}", f"\\u{{{ord(char):x}}}",
+        ])
+    return "".join(spell(char) + rng.choice(SEPARATORS) for char in form)
+
+
+def letters(text: str) -> str:
+    """The ASCII letters and digits of `text`, lower-cased (the test's own, not the product's)."""
+    return re.sub("[^A-Za-z0-9]", "", text).lower()
+
+
+def unescaped(text: str) -> str:
+    """`text` with `\\u{…}`, `\\uXXXX`, `\\xXX`, `%XX` and HTML references decoded (the standard
+    library's `html.unescape`)."""
+    code = re.compile(r"\\u\{([0-9a-fA-F]+)\}|\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})|%([0-9a-fA-F]{2})")
+    return html.unescape(code.sub(lambda m: chr(int(next(g for g in m.groups() if g), 16)), text))
+
+
+def test_a_secret_spelled_at_random_never_survives_scrubbing() -> None:
+    # R: G6, B4 (300 seeded spellings mixing case, escapes and separators in each form)
+    rng = random.Random(32)
+    encodings: list[Encode] = [
+        lambda text: text, lambda text: text[::-1], lambda text: codecs.encode(text, "rot13"),
+        lambda text: text.encode().hex(), lambda text: base64.b64encode(text.encode()).decode(),
+        lambda text: base64.b32encode(text.encode()).decode(),
+    ]
+    secrets = scrubber()
+    for _ in range(300):
+        form = rng.choice(encodings)(rng.choice([TOKEN, canary.UPSTREAM_KEY]))
+        before = "".join(rng.choice(string.ascii_letters + " ,.") for _ in range(rng.randrange(30)))
+        scrubbed = secrets.scrub(before + " " + spelled_at_random(form, rng) + " after")
+        needle = letters(form)[:-2]  # base64/base32: the last characters may mix in what follows
+        assert scrubbed.startswith(before) and "[redacted]" in scrubbed
+        assert needle not in letters(scrubbed) and needle not in letters(unescaped(scrubbed))
 
 
 ORDINARY = [
