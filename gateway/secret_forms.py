@@ -96,6 +96,8 @@ _ANY_LETTER_ESCAPE = "|".join(
     for _, letter in _ESCAPES if letter is not None
 )
 _SEPARATORS = "[^A-Za-z0-9]*+"
+_ESCAPE_BEGUN = r"(?:\\(?:u[0-9a-fA-F]{0,3}|u\{[0-9a-fA-F]{0,5}|U[0-9a-fA-F]{0,7}|x[0-9a-fA-F]?)?)?"
+"""The beginning of a backslash escape (never a whole one) whose rest would be a match's first letters."""
 _DECODED_SEPARATORS = f"(?:(?!{_ANY_LETTER_ESCAPE})(?:{_ANY_ESCAPE}|[^A-Za-z0-9]))*+"
 """Between two letters: anything but a letter, digit or an escape of one; an escape whole."""
 
@@ -248,7 +250,8 @@ class SecretIndex:
         """The places spelling `needle`: its letters in order, either case, any separators between
         them (with `escaped`, each letter may be an escape, and escapes of other characters are
         separators), grown over the form's own leading and trailing punctuation where the text has
-        it, and over a backslash just before (so an escape is never cut in two)."""
+        it, and over the beginning of an escape just before (`\\u00` of `\\u0074…`), so that no escape
+is cut in two (a JSON text stays JSON)."""
         pattern = self._patterns.get((needle, escaped))
         if pattern is None:
             chars = needle.decode("ascii")
@@ -257,5 +260,5 @@ class SecretIndex:
             tails = sorted({re.escape(tail) for _, tail in self._edges[needle] if tail}, key=len, reverse=True)
             head = f"(?:{'|'.join(heads)})?" if heads else ""
             tail = f"(?:{'|'.join(tails)})?" if tails else ""
-            pattern = self._patterns[(needle, escaped)] = re.compile(rf"\\?{head}{body}{tail}")
+            pattern = self._patterns[(needle, escaped)] = re.compile(f"{_ESCAPE_BEGUN}{head}{body}{tail}")
         return pattern

@@ -200,6 +200,13 @@ def test_a_short_secret_is_still_matched_only_as_written() -> None:
     assert secrets.scrub("K9-X2 k 9 x 2 k9x2") == "K9-X2 k 9 x 2 k9x2"
 
 
+def test_a_json_text_stays_json_when_the_secret_runs_into_an_escape() -> None:
+    # R: G6 (error bodies and log lines are scrubbed as JSON text: no escape may be cut in two)
+    hexed = TOKEN.encode().hex()
+    body = '{"error": {"message": "got \\u00' + hexed + ' back, and \\n' + TOKEN + '"}}'  # \u0074… : "t" + the rest
+    assert json.loads(scrubber().scrub(body)) == {"error": {"message": "got [redacted] back, and \n[redacted]"}}
+
+
 def adversarial(size: int) -> str:
     """Near-misses of the secret, each missing its last character, spelled with separator runs,
     escapes and zero-padded references; unfinished escapes; repeated to `size` characters."""
