@@ -136,7 +136,8 @@ def main() -> None:
         spaced = " ".join(values[0]) + " | "
         cases.append(("the secret spaced out, over and over", "1 MB", spaced * ((1 << 20) // len(spaced))))
         escaped = "".join(f"&#x{ord(c):x};" if i % 2 else c for i, c in enumerate(values[0])) + " "
-        cases.append(("the secret half in HTML references, over and over", "1 MB", escaped * ((1 << 20) // len(escaped))))
+        cases.append(("the secret half in HTML references, over and over", "1 MB",
+                      escaped * ((1 << 20) // len(escaped))))
         for what, size, text in cases:
             was, now = timed(before.scrub, text, args.repeats), timed(after.scrub, text, args.repeats)
             caught = "yes" if "[redacted]" in after.scrub(text) else "no"

@@ -25,8 +25,8 @@ Against false positives: a form is matched this loosely only when its needle has
 than that are not searched at all, except the value itself), as before. A match needs every letter
 of the needle, in order, with nothing but separators between them: a letter or digit of another
 word breaks it. For a realistic secret (16 or more random letters and digits) a chance match would
-need a text's words to spell the whole secret; with a short or dictionary-like one, over-redaction
-is possible, a leak is not.
+need a text's words to spell the whole secret; a word-like secret of 8 letters or more may redact
+ordinary words that spell it.
 
 Linear by construction. A text's letters are one `encode` and one `translate` (C loops). Which
 needles occur is found without a scan per needle: a needle of at least `_LONG` letters contains,
@@ -34,14 +34,16 @@ wherever it occurs, a whole 8-letter block starting at a multiple of 8 of the te
 those are read as 64-bit words and looked up in one set holding every 8-letter piece of every
 needle: one hash lookup per 8 letters, whatever the number of secrets. Shorter needles, and the
 long ones whose block was seen, are searched with `bytes.find` (linear). Only a needle that occurs
-is then replaced, by a pattern of its letters with possessive separators between them (`*+`, never
-given back) and each letter an atomic group (`(?>…)`; an escape is never read two ways, as with
-or without its `;`): nothing in it can be matched in more than one way, so nothing backtracks. An attempt at one place reads at most the needle's length in letters, and the separators
-and escapes between them; a place is read by at most that many attempts (those starting at the
-letters before it), so a pass costs the text's length times the needle's. Escapes are decoded by
-one regex split whose alternatives are bounded (zero padding consumed possessively and stripped
-before `int`), each distinct escape decoded once. The exact forms (rare: secrets with few letters)
-keep the alternation of literals of before.
+is then replaced (`SecretIndex.scrub`: exact forms, then the letters as written, then with escapes
+decoded), by a pattern of its letters with possessive separators between them (`*+`, never given
+back) and each letter an atomic group (`(?>…)`: an escape is never read two ways, with or without
+its `;`); only the optional beginning of an escape before the first letter is tried more than one
+way, a few characters. An attempt at one place thus reads at most the needle's length in letters
+and the separators and escapes between them, and a place is read by at most that many attempts
+(those starting at the letters before it): a pass costs the text's length times the needle's.
+Escapes are decoded by one regex split whose alternatives are bounded (zero padding consumed
+possessively and stripped before `int`), each distinct escape decoded once. The exact forms (rare:
+secrets with few letters) keep the alternation of literals of before.
 """
 
 from __future__ import annotations
@@ -128,8 +130,8 @@ def secret_forms(value: str) -> set[str]:
     alignment it can have inside a longer encoded text, and base64 of those base64 forms (each
     outer alignment). Forms shorter than `MIN_ENCODED_FORM` are left out, the value itself kept."""
     raw = value.encode("utf-8")
-    forms = {value[::-1], codecs.encode(value, "rot13"), quote(value, safe=""), quote_plus(value), json.dumps(value)[1:-1],
-             raw.hex(), raw.hex().upper()}
+    forms = {value[::-1], codecs.encode(value, "rot13"), quote(value, safe=""), quote_plus(value),
+             json.dumps(value)[1:-1], raw.hex(), raw.hex().upper()}
     forms |= {form.lower() for form in list(forms) if "%" in form}
     forms |= set(_aligned(raw, 5, base64.b32encode))
     for core in _aligned(raw, 6, base64.b64encode):

@@ -71,7 +71,9 @@ FORMS: dict[str, tuple[Encode, int]] = {
     "html hex references mixed with plain": (html_mixed, 0),
     "html decimal references zero-padded": (html_padded, 0),
     "\\u escapes": (lambda text: "".join(f"\\u{ord(c):04x}" for c in text), 0),
-    "\\u{} and \\x escapes mixed": (lambda text: "".join(f"\\u{{{ord(c):x}}}" if i % 3 else f"\\x{ord(c):02X}" for i, c in enumerate(text)), 0),
+    "\\u{} and \\x escapes mixed": (
+        lambda text: "".join(f"\\u{{{ord(c):x}}}" if i % 3 else f"\\x{ord(c):02X}" for i, c in enumerate(text)), 0
+    ),
     "%XX of every character": (lambda text: "".join(f"%{ord(c):02x}" for c in text), 0),
     **{f"base32 after {n} bytes": ((lambda n: lambda text: base64.b32encode(("x" * n + text).encode()).decode())(n), 2)
        for n in range(5)},
@@ -106,7 +108,7 @@ def replaced_whole(scrubbed: str, text: str, start: int, end: int, edge: int) ->
         return "the text around the secret changed"
     kept_until, kept_from = len(head), len(text) - len(tail)
     if kept_until > start + edge or kept_from < end - edge:
-        return f"part of the secret's span was left: kept [0, {kept_until}) and [{kept_from}, ...), secret in [{start}, {end})"
+        return f"part of the secret was left: kept [0, {kept_until}) and [{kept_from}, ...), secret in [{start}, {end})"
     if kept_until < start - SLACK or kept_from > end + SLACK:
         return f"more than the secret's span was replaced: [{kept_until}, {kept_from}), secret in [{start}, {end})"
     return None
@@ -211,7 +213,8 @@ def adversarial(size: int) -> str:
     """Near-misses of the secret, each missing its last character, spelled with separator runs,
     escapes and zero-padded references; unfinished escapes; repeated to `size` characters."""
     head = TOKEN[:-1]
-    unit = " ".join(head) + " " + "-" * 64 + " " + html_mixed(head) + "&#x" + "0" * 40 + " \\u00 %4 " + "\\u0" + head + " "
+    unit = (" ".join(head) + " " + "-" * 64 + " " + html_mixed(head) + "&#x" + "0" * 40
+            + " \\u00 %4 " + "\\u0" + head + " ")
     return (unit * (size // len(unit) + 1))[:size]
 
 
@@ -240,7 +243,8 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
         raise ToolError(f"refused: {'-'.join(received(ctx).upper())} is not allowed here")
 
     base_dir = tmp_path_factory.mktemp("encodings")
-    with bridge_over(server.streamable_http_app(), base_dir, connection="echo", owner="org:acme", bridge="acme") as running:
+    app = server.streamable_http_app()
+    with bridge_over(app, base_dir, connection="echo", owner="org:acme", bridge="acme") as running:
         yield running
 
 
