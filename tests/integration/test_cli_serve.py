@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,25 +17,14 @@ import openai
 import pytest
 
 from tests.support import canary
+from tests.support.faults import free_port
+from tests.support.gateway import ready
 from tests.support.http_server import serve
 from tests.support.mcp_servers import McpServerState, http_app
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx2.get(url + "/readyz", timeout=1).status_code == 200
-    except httpx2.HTTPError:
-        return False
 
 
 @dataclass
@@ -49,12 +37,12 @@ class Served:
 
 @contextmanager
 def serving(*extra: str, config: str = "config/demo.yaml") -> Iterator[Served]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", config, "--port", str(port), *extra],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     served = Served(f"http://127.0.0.1:{port}", proc)
     try:
-        assert wait_until(lambda: _ready(served.url) or proc.poll() is not None, timeout=60), "gateway did not become ready"
+        assert wait_until(lambda: ready(served.url) or proc.poll() is not None, timeout=60), "gateway did not become ready"
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         yield served
     finally:

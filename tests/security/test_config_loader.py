@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config import ConfigError, load_config
+from tests.support.config_files import place, write
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,21 +32,6 @@ routes:
 
 def toolgate(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gateway.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
-
-
-def write(tmp_path: Path, text: str, name: str = "gateway.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-def place(path: Path, needle: str, occurrence: int = 1) -> str:
-    """`path:line:column` of the `occurrence`-th `needle` in the file."""
-    text = path.read_text()
-    offset = -1
-    for _ in range(occurrence):
-        offset = text.index(needle, offset + 1)
-    return f"{path}:{text.count(chr(10), 0, offset) + 1}:{offset - (text.rfind(chr(10), 0, offset) + 1) + 1}"
 
 
 def duplicate(path: Path, dotted: str, key: str, occurrence: int = 2) -> str:

@@ -8,7 +8,6 @@ says otherwise."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.support.gateway import running_gateway, simple_config
+from tests.support.faults import free_port
+from tests.support.gateway import ready, running_gateway, simple_config
 from tests.support.http_server import ServerThread
 from tests.support.upstream import ScriptedUpstream
 from tests.support.waiting import wait_until
@@ -149,26 +149,13 @@ def test_check_refuses_a_non_loopback_host_without_auth_unless_the_operator_allo
     assert (allowed.returncode, allowed.stderr) == (0, "")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx2.get(url + "/readyz", timeout=1).status_code == 200
-    except httpx2.HTTPError:
-        return False
-
-
 def test_serve_without_auth_says_at_start_up_that_auth_is_off_and_where_it_listens(tmp_path: Path) -> None:
     # R: G3, G9
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(write_config(tmp_path)), "--port", str(port)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_until(lambda: _ready(f"http://127.0.0.1:{port}") or proc.poll() is not None, timeout=60)
+        assert wait_until(lambda: ready(f"http://127.0.0.1:{port}") or proc.poll() is not None, timeout=60)
         assert proc.poll() is None
     finally:
         proc.terminate()

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import openai
 
 from gateway.app import create_app
@@ -46,3 +47,11 @@ def simple_config(upstream_url: str, plugins: list[dict[str, Any]] | None = None
     if not any(key in server for key in METRICS_ACCESS):
         config["server"] = {**server, "metrics_public": True}
     return config
+
+
+def ready(url: str) -> bool:
+    """Does a gateway at `url` answer `/readyz` with 200 now? (For `wait_until` on a process.)"""
+    try:
+        return httpx2.get(url + "/readyz", timeout=1).status_code == 200
+    except httpx2.HTTPError:
+        return False

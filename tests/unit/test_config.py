@@ -10,27 +10,12 @@ from gateway.cli import main, server_options
 from gateway.config import ConfigError, load_config, parse_config
 from gateway.secrets import SecretError, resolve_secret
 from tests.support import canary
+from tests.support.config_files import place, write
 
 GOOD = """
 upstreams: [{name: local, kind: openai, api_base: "http://127.0.0.1:9/v1", api_key: env:TG_TEST_KEY}]
 routes: [{model: assistant, upstream: local}]
 """
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "toolgate.yaml"
-    path.write_text(text)
-    return path
-
-
-def place(path: Path, needle: str, occurrence: int = 1) -> str:
-    """`path:line:column` of the `occurrence`-th `needle` in the file (what `check` names, D4)."""
-    text = path.read_text()
-    offset = -1
-    for _ in range(occurrence):
-        offset = text.index(needle, offset + 1)
-    line = text.count("\n", 0, offset) + 1
-    return f"{path}:{line}:{offset - (text.rfind(chr(10), 0, offset) + 1) + 1}"
 
 
 def test_every_problem_is_reported_with_file_and_dotted_path(tmp_path: Path) -> None:
