@@ -188,3 +188,22 @@ class Cluster:
                 self.stop()
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)
+
+
+AUDIT_TAMPERING = (
+    "UPDATE audit SET status = 'failure'", "DELETE FROM audit", "TRUNCATE audit",
+    "ALTER TABLE audit DISABLE TRIGGER audit_append_only", "DROP TABLE audit",
+    "DROP FUNCTION toolgate_audit_append_only() CASCADE",
+)
+"""What a role that does not own the schema must be refused on the audit log (S1, F5)."""
+
+
+async def assert_audit_untouchable(url: str, password: str | None = None) -> None:
+    """Every statement of `AUDIT_TAMPERING`, run as `url`'s role, is refused by privileges."""
+    conn = await asyncpg.connect(url, password=password)
+    try:
+        for sql in AUDIT_TAMPERING:
+            with pytest.raises(asyncpg.InsufficientPrivilegeError, match="permission denied|must be owner"):
+                await conn.execute(sql)
+    finally:
+        await conn.close()
