@@ -220,6 +220,13 @@ def rows(code: str, alone: list[float], floods: list[Flood]) -> list[str]:
     return out
 
 
+def edited(tree: Path) -> bool:
+    """Does `tree` hold uncommitted changes to tracked files (so its commit alone is not what ran)?"""
+    status = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+                            capture_output=True, text=True, check=True)
+    return bool(status.stdout.strip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--signins", type=int, default=10_050, help="bob's sign-ins per flood (the probe: 10,050)")
@@ -231,7 +238,7 @@ def main() -> None:
     table_rows = []
     for tree in ([args.before] if args.before else []) + [ROOT]:
         commit, alone, floods = serve_and_run(tree.resolve(), args.signins, args.concurrency, args.probes)
-        label = f"{commit}{' (before)' if tree == args.before else ' + working tree' if tree == ROOT else ''}"
+        label = f"{commit}{' (before)' if tree == args.before else ' + working tree' if edited(tree) else ''}"
         table_rows += rows(label, alone, floods)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
