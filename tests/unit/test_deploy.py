@@ -134,7 +134,7 @@ def test_the_deploy_docs_show_the_files_as_shipped() -> None:
 
 
 def test_the_replicas_share_the_compose_files_postgresql_as_a_role_that_owns_nothing() -> None:
-    # R: S1, S3 -- the roles themselves are made and tried for real in tests/integration/test_deploy_roles.py
+    # R: S1, S3 -- the roles themselves are made and tried for real in tests/security/test_deploy_roles.py
     services = _compose()["services"]
     bridge = yaml.safe_load((DEPLOY / "toolgate.yaml").read_text())["bridge"]
     url = urlsplit(bridge["database"])
