@@ -47,6 +47,11 @@ class McpBridgeConfig(BaseModel):
         "legacy: always the 2025-11-25 handshake with an Mcp-Session-Id session",
     )
     sessionIdleSeconds: float = Field(default=300, gt=0, description="pooled session lifetime after its last call (B14)")
+    resultBytes: int = Field(
+        default=64 * 1024 * 1024, ge=1024,
+        description="largest answer read from the server (one JSON-RPC message as sent: a JSON body or one event); "
+        "cut while it is read, the call fails and the session is kept",
+    )
     readOnlyTools: list[str] = Field(
         default_factory=list, description="tools that only read and reach nothing outside the server: prompt_guard's "
         "firewall never holds them, whatever the server's annotations say (T2)")

@@ -9,7 +9,7 @@ from typing import Any
 from gateway.injection import inject
 from gateway.mcp.errors import describe
 from gateway.mcp.pool import SessionPool
-from gateway.mcp.target import MAX_SSE_EVENT_BYTES, McpClients, McpTarget
+from gateway.mcp.target import McpClients, McpTarget
 from gateway.plugins import ChatRequest, Plugin, PluginContext, PluginEnv, ToolResult, ToolSpec
 from gateway.secrets import SecretSet, resolve_secret
 from plugins.mcp_bridge.config import McpBridgeConfig
@@ -71,7 +71,7 @@ class McpBridgePlugin(Plugin):
             protocol=self.config.protocol,
             timeout=self.config.timeoutSeconds,
         )
-        self._clients = McpClients(MAX_SSE_EVENT_BYTES)
+        self._clients = McpClients(self.config.resultBytes)
         self._metrics = BridgeMetrics(env.metrics, self.id)
         self._pool = SessionPool(
             self._clients.factory(target),

@@ -40,7 +40,6 @@ from mcp.client.streamable_http import streamable_http_client
 from gateway.bridge.config import BridgeConfig
 from gateway.bridge.records import AuditRecord
 from gateway.bridge.store_sqlite import SqliteStore
-from plugins.mcp_bridge import plugin as mcp_bridge_plugin
 from tests.support.bridge_servers import CallLog, bridge_app, mcp_http, tool_server
 from tests.support.faults import (
     FAULT_TOOLS,
@@ -284,10 +283,9 @@ def test_mcp_tool_returning_10_mb_of_text_is_run_once_and_read_whole(model: Mode
 
 # R: B13
 def test_mcp_tool_answer_over_the_size_cap_fails_once_without_a_retry_and_keeps_the_session(
-    model: Model, state: FaultState, mcp: ServerThread, monkeypatch: pytest.MonkeyPatch
+    model: Model, state: FaultState, mcp: ServerThread
 ) -> None:
-    monkeypatch.setattr(mcp_bridge_plugin, "MAX_SSE_EVENT_BYTES", 1024 * 1024)  # the cap, scaled down for the test
-    config = simple_config(model.url, [bridge(mcp.url + "/mcp")])
+    config = simple_config(model.url, [bridge(mcp.url + "/mcp", resultBytes=1024 * 1024)])  # the cap, scaled down
     model.script.push(Reply(tool_calls=[("big", {"megabytes": 2})]), Reply(tool_calls=[("count", {})]), Reply(content="too long"))
     with watched_gateway(config, model, [state], [mcp]) as gw:
         assert ask(gw).choices[0].message.content == "too long"
