@@ -27,6 +27,9 @@ class RequestRecord:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     tool_calls: int = 0
+    deployment: str | None = None
+    """`upstream/model` of the deployment that produced the final answer (O1); None when no
+    upstream answered (a refusal, or every deployment failed)."""
 
     def take_usage(self, usage: Any, tool_calls: int) -> None:
         """The summed usage of every upstream call (G1) and the gateway tool calls run."""
@@ -38,6 +41,7 @@ class RequestRecord:
         return {
             "api": self.api, "route": self.route, "user": self.user, "status": self.status,
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens, "tool_calls": self.tool_calls,
+            "deployment": self.deployment,
         }
 
     def finish(self, metrics: GatewayMetrics, seconds: float) -> None:
