@@ -37,6 +37,7 @@ from gateway.gateway import Gateway
 from gateway.identity import Identity
 from gateway.logs import request_id_var
 from gateway.metrics_access import MetricsAccess
+from gateway.tracing import TracingMiddleware, build_tracing, traced_upstream
 
 log = logging.getLogger("toolgate.http")
 
@@ -156,6 +157,11 @@ def create_app(config: Config) -> FastAPI:
     console = console_for(gateway.auth, gateway.secrets.scrub)
     add_oidc_sign_in(console, gateway)  # C1: sign-in through auth.oauth's issuer when auth.oauth.console is set
     bridge = _bridge_service(gateway, console)
+    tracing = build_tracing(config.telemetry, config.base_dir, gateway.secrets)  # None when off (O3)
+    if tracing is not None:
+        gateway.http.event_hooks["request"].append(tracing.inject_headers)  # traceparent to upstreams
+        for served in gateway.routes.values():
+            served.upstream = traced_upstream(served.upstream, True)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -174,6 +180,8 @@ def create_app(config: Config) -> FastAPI:
             if bridge is not None:
                 await bridge.stop()
             await gateway.stop()
+            if tracing is not None:
+                await tracing.shutdown()
 
     app = FastAPI(title="toolgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.gateway = gateway
@@ -236,6 +244,9 @@ def create_app(config: Config) -> FastAPI:
     if config.auth.mode == "none" and not server.allow_remote_without_auth:
         app.add_middleware(LoopbackOnly, scrub=gateway.secrets.scrub)  # DNS rebinding (local_hosts.py)
     app.add_middleware(RequestIdMiddleware, body_timeout=server.body_timeout_seconds, max_header_bytes=server.max_header_bytes)
+    if tracing is not None:
+        app.add_middleware(TracingMiddleware, tracing=tracing, routes=app.router.routes)  # outermost: the span covers the whole request
+    app.state.tracing = tracing
     return app
 
 

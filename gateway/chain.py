@@ -20,6 +20,7 @@ from gateway.confirmations import PendingCalls, confirmation_codes
 from gateway.content import message_text
 from gateway.injection import ContextBlock, inject
 from gateway.metrics import GatewayMetrics
+from gateway.tracing import span
 from gateway.plugins import (
     AnswerFilter, ChatRequest, ChatResponse, HeldCall, Hold, InspectItem, Plugin, PluginContext, PluginEnv, ToolCall,
     ToolSpec,
@@ -110,8 +111,9 @@ class Chain:
             owner = self._by_id.get(item.server)
             trusted = owner is not None and owner.trusts(item.source)
             ctx.provenance.add(item.kind, item.server, item.source, item.text, trusted=trusted)
-        for plugin in self.plugins:
-            await plugin.inspect(ctx, item)
+        with span("chain inspect", {"toolgate.route": self.route, "toolgate.item.kind": item.kind, "toolgate.mcp.server": item.server}):
+            for plugin in self.plugins:
+                await plugin.inspect(ctx, item)
         text = item.text
         for plugin in self.plugins:
             text = plugin.present(ctx, item, text)
@@ -193,6 +195,10 @@ class Chain:
     async def before_model(self, ctx: PluginContext, request: ChatRequest) -> ChatRequest:
         """Every plugin's `gather_context` at once (a slow server delays the request by the slowest
         call, across plugins too), then each `before_model` in YAML order."""
+        with span("chain before_model", {"toolgate.route": self.route, "toolgate.plugins": len(self.plugins)}):
+            return await self._before_model(ctx, request)
+
+    async def _before_model(self, ctx: PluginContext, request: ChatRequest) -> ChatRequest:
         if len(self.plugins) > 1:
             try:
                 async with asyncio.TaskGroup() as group:
@@ -203,12 +209,14 @@ class Chain:
         elif self.plugins:
             await self.plugins[0].gather_context(ctx, request)
         for plugin in self.plugins:
-            request = await plugin.before_model(ctx, request)
+            with span("plugin before_model", {"toolgate.plugin": plugin.id}):
+                request = await plugin.before_model(ctx, request)
         return request
 
     async def after_model(self, ctx: PluginContext, request: ChatRequest, response: ChatResponse) -> ChatResponse:
-        for plugin in self.plugins:
-            response = await plugin.after_model(ctx, request, response)
+        with span("chain after_model", {"toolgate.route": self.route, "toolgate.plugins": len(self.plugins)}):
+            for plugin in self.plugins:
+                response = await plugin.after_model(ctx, request, response)
         return response
 
     async def end_request(self, ctx: PluginContext) -> None:
@@ -227,6 +235,11 @@ class Chain:
 
     async def call_tool(self, ctx: PluginContext, tool: GatewayTool, arguments: str) -> str:
         """Run one gateway tool call and inspect its result; returns the text the model reads."""
+        attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool.exposed, "toolgate.plugin": tool.plugin.id}
+        with span(f"execute_tool {tool.exposed}", attributes):
+            return await self._call_tool(ctx, tool, arguments)
+
+    async def _call_tool(self, ctx: PluginContext, tool: GatewayTool, arguments: str) -> str:
         try:
             args = json.loads(arguments or "{}")
         except ValueError:

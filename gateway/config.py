@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gateway.bridge.config import BridgeConfig
 from gateway.registry import PLUGIN_TYPES, PluginConfig, plugin_id
 from gateway.secrets import SecretRef, unreadable_secrets
+from gateway.tracing import TelemetryConfig
 from gateway.yaml_document import YamlDocument, YamlProblem, read_yaml
 
 
@@ -213,6 +214,7 @@ class Config(_Strict):
     upstreams: list[UpstreamConfig] = Field(min_length=1)
     routes: list[RouteConfig] = Field(min_length=1)
     bridge: BridgeConfig | None = None
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig, description="OpenTelemetry traces (OTLP); off by default")
     base_dir: Path = Field(default=Path("."), exclude=True, description="folder of the YAML file")
 
 

@@ -14,6 +14,7 @@ from mcp_types import HEADER_MISMATCH
 
 from gateway.mcp.connection import McpConnection, Operation
 from gateway.mcp.target import sdk_timeout
+from gateway.tracing import mcp_call_span, record_tool_result
 
 MAX_PAGES = 100
 """A paginator that never ends cannot hang a request."""
@@ -55,9 +56,17 @@ def call_tool(name: str, arguments: dict[str, Any], timeout: float) -> Operation
     against the tool's output schema); the connection bounds it at `timeout` (B17)."""
 
     async def operation(connection: McpConnection, client: mcp.Client) -> types.CallToolResult:
-        return await client.call_tool(name, arguments, read_timeout_seconds=sdk_timeout(timeout))
+        with mcp_call_span("tools/call", name, server_of(connection), arguments) as span:  # O3
+            result = await client.call_tool(name, arguments, read_timeout_seconds=sdk_timeout(timeout))
+            record_tool_result(span, result.is_error, result.content)
+            return result
 
     return operation
+
+
+def server_of(connection: McpConnection) -> str:
+    """The server a connection talks to: its label without the slot (`server/slot`)."""
+    return connection.label.rsplit("/", 1)[0]
 
 
 def relay_tool_call(
@@ -69,6 +78,12 @@ def relay_tool_call(
     gets the SDK's list-then-call path, for that tool from then on (`needs_listing` remembers)."""
 
     async def operation(connection: McpConnection, client: mcp.Client) -> types.CallToolResult:
+        with mcp_call_span("tools/call", name, server_of(connection), arguments) as span:  # O3
+            result = await relayed(connection, client)
+            record_tool_result(span, result.is_error, result.content)
+            return result
+
+    async def relayed(connection: McpConnection, client: mcp.Client) -> types.CallToolResult:
         if name not in needs_listing:
             request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
             try:

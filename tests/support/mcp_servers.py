@@ -76,6 +76,8 @@ class McpServerState:
     spans: list[tuple[str, float, float]] = field(default_factory=list)
     auth_headers: list[str] = field(default_factory=list)
     arguments: list[dict[str, Any]] = field(default_factory=list)
+    trace_parents: list[str | None] = field(default_factory=list)
+    """The W3C `traceparent` each tool call carried in `params._meta` (MCP's trace propagation), None when absent."""
     methods: Counter[str] = field(default_factory=Counter)
     peers: Counter[tuple[str, int]] = field(default_factory=Counter)
     """POST requests per client address and port: one entry per TCP connection the client used."""
@@ -171,7 +173,8 @@ def build_server(
     async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         session = _session_of(ctx)
         arguments = dict(params.arguments or {})
-        state.note(lambda: (state.calls.update([params.name]), state.arguments.append(arguments)))
+        parent = (params.meta or {}).get("traceparent")
+        state.note(lambda: (state.calls.update([params.name]), state.arguments.append(arguments), state.trace_parents.append(parent)))
         start = await timed(params.name)
         text: str
         if subscriptions:
