@@ -209,7 +209,18 @@ def create_app(config: Config) -> FastAPI:
 
     async def readyz(request: Request) -> Response:
         ok = gateway.ready and bool(gateway.routes)
-        return JSONResponse({"status": "ready" if ok else "starting", "routes": len(gateway.routes)}, status_code=200 if ok else 503)
+        body: dict[str, Any] = {"status": "ready" if ok else "starting", "routes": len(gateway.routes)}
+        if bridge is not None:  # a detail only: a Bridge waiting for its store does not take chat out (O4)
+            body["bridge"] = "ready" if bridge.unready is None else gateway.secrets.scrub(bridge.unready.message)
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    async def readyz_bridge(request: Request) -> Response:
+        """503 while the Bridge waits for its store (`bridge.storeDownAtStart: serve`), for a check of its own."""
+        if bridge is None:
+            raise NotFound("/readyz/bridge: the Bridge is not enabled")
+        ok = gateway.ready and bridge.unready is None
+        detail = "ready" if ok else gateway.secrets.scrub(bridge.unready.message if bridge.unready else "starting")
+        return JSONResponse({"status": "ready" if ok else "unavailable", "bridge": detail}, status_code=200 if ok else 503)
 
     metrics_access = MetricsAccess(config.server, gateway.auth, config.base_dir, gateway.secrets)
 
@@ -233,6 +244,7 @@ def create_app(config: Config) -> FastAPI:
     app.router.routes.append(Route("/v1/messages/{rest:path}", messages_extra, methods=["GET", "POST", "DELETE"]))
     app.router.routes.append(Route("/healthz", healthz, methods=["GET"]))
     app.router.routes.append(Route("/readyz", readyz, methods=["GET"]))
+    app.router.routes.append(Route("/readyz/bridge", readyz_bridge, methods=["GET"]))
     app.router.routes.append(Route("/metrics", metrics, methods=["GET"]))
     if bridge is not None:
         app.router.routes.extend([*bridge.routes(), *console.routes()])

@@ -6,7 +6,7 @@ import ipaddress
 import re
 from urllib.parse import unquote, urlsplit
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -88,6 +88,22 @@ class BridgeDecl(BaseModel):
     connections: list[str] = Field(default_factory=list)
 
 
+class AuditSpoolConfig(BaseModel):
+    """`bridge.auditSpool`: where audit records the store cannot take wait on local disk (O4,
+    gateway/bridge/spool.py). One folder per replica: two processes must never share one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(
+        default="./audit-spool",
+        description="the spool's folder (relative to the config's folder); made if missing; one per replica",
+    )
+    maxBytes: int = Field(
+        default=256 * 1024 * 1024, ge=64 * 1024,
+        description="the most the spool's files may hold together; records beyond are dropped and counted (spool_full)",
+    )
+
+
 class BridgeConfig(BaseModel):
     """The `bridge:` section. `database` is a SQLite file (relative to the config's folder) or a
     PostgreSQL server shared by replicas (S1)."""
@@ -106,7 +122,19 @@ class BridgeConfig(BaseModel):
     databasePoolSize: int = Field(default=10, ge=1, le=200, description="PostgreSQL connections per replica at most")
     connections: list[ConnectionConfig] = Field(default_factory=list)
     bridges: list[BridgeDecl] = Field(default_factory=list)
-    auditQueueSize: int = Field(default=10_000, ge=1, description="records waiting to be written; beyond: dropped")
+    auditQueueSize: int = Field(
+        default=10_000, ge=1, description="records waiting to be written; beyond: to the spool if there is one, else dropped"
+    )
+    auditSpool: AuditSpoolConfig | None = Field(
+        default=None,
+        description="keep audit records the store cannot take (store down, queue full) on local disk and write them "
+        "when it returns (O4); unset: they are dropped and counted",
+    )
+    storeDownAtStart: Literal["exit", "serve"] = Field(
+        default="exit",
+        description="the store cannot be reached at start: 'exit' (toolgate serve fails) or 'serve' (chat routes are "
+        "served, the Bridge answers 503 and /readyz/bridge 503 until the store is reached; retried with backoff)",
+    )
     toolListTtlSeconds: float = Field(default=30.0, ge=0, description="how long a connection's tool list is reused")
     sessionIdleSeconds: float = Field(
         default=300.0, gt=0, description="a caller's upstream session of a connection is closed this long after its last call (F15)"

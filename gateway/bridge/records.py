@@ -103,6 +103,10 @@ class AuditRecord:
     that owner sees the record in their own listing (`AuditQuery.owners`), not only its actor: a
     member who changes an org's connection changes where every member's calls, and the credential
     it carries, go."""
+    record_id: str | None = None
+    """Unique per record, given by the audit writer (audit.py) when it is queued: a batch written
+    again (replayed from the spool after a lost acknowledgement) is recognised and not stored twice
+    (O4). Not shown by `public()`."""
 
     def public(self) -> dict[str, Any]:
         """JSON form for `GET /audit` and `toolgate audit list --json`."""

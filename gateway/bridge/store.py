@@ -121,14 +121,18 @@ def audit_from_row(row: Sequence[Any]) -> AuditRecord:
 
 AUDIT_COLUMNS = ("ts", "action", "actor_id", "actor_email", "resource", "scope", "mutating", "args", "status",
                  "duration_ms", "owner")
-"""The columns an append writes, in the order of `audit_values`."""
+"""The columns a read returns after `seq`."""
+
+AUDIT_WRITE_COLUMNS = (*AUDIT_COLUMNS, "record_id")
+"""The columns an append writes, in the order of `audit_values`: a record's id too, unique, so that
+a batch written twice (O4: committed, its acknowledgement lost, replayed from the spool) is stored once."""
 
 
 def audit_values(record: AuditRecord) -> tuple[Any, ...]:
-    """A record's values for `AUDIT_COLUMNS` (`args` as JSON; each store converts `mutating` as it needs)."""
+    """A record's values for `AUDIT_WRITE_COLUMNS` (`args` as JSON; each store converts `mutating` as it needs)."""
     r = record
     return (r.ts, r.action, r.actor_id, r.actor_email, r.resource, r.scope, r.mutating, json.dumps(r.args), r.status,
-            r.duration_ms, r.owner)
+            r.duration_ms, r.owner, r.record_id)
 
 
 def audit_conditions(query: AuditQuery, mark: Callable[[Any], str]) -> list[str]:

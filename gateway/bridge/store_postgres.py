@@ -8,12 +8,17 @@
 - **Audit log append-only twice**: a statement trigger refuses UPDATE, DELETE and TRUNCATE on
   `audit` for every role, its owner included; and the migration grants other roles SELECT and
   INSERT on it only (docs/deploy.md: the gateway's role is not the owner).
-- **Batches**: `append_audit` writes the writer's batch (audit.py, up to 256) with one COPY.
+- **Batches**: `append_audit` writes the writer's batch (audit.py, up to 256) with one INSERT from
+  arrays (`unnest`), in the batch's order, skipping records whose `record_id` is stored already
+  (step 4's unique index): a batch replayed from the spool after a lost acknowledgement is stored once (O4).
 - **PostgreSQL lost**: a statement that cannot reach the server raises `StoreUnavailable` (503 on the
-  REST API; the audit writer drops and counts the batch); a read is tried once more on a fresh
-  connection, and when that fails too its last answer is served, so calls over bridges and
-  connections already seen go on (writes cannot happen meanwhile). The pool opens new connections
-  once the server is back.
+  REST API; the audit writer keeps the batch in its spool when one is configured, else drops and
+  counts it); a read is tried once more on a fresh connection, and when that fails too its last
+  answer is served, so calls over bridges and connections already seen go on (writes cannot happen
+  meanwhile). The pool opens new connections once the server is back. asyncpg's client-side state
+  errors while the server shuts down (`InternalClientError`, `InterfaceError`: "another operation is
+  in progress", "connection is closed") count as a lost connection too, and the connection that
+  raised one is terminated rather than handed back to the pool.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import asyncpg
 
 from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, ItemKey, SavedGraph
 from gateway.bridge.store import (
-    AUDIT_COLUMNS, GraphConflict, StoreUnavailable, audit_conditions, audit_from_row, audit_values, bridge_from_row,
+    AUDIT_COLUMNS, AUDIT_WRITE_COLUMNS, GraphConflict, StoreUnavailable, audit_conditions, audit_from_row, audit_values, bridge_from_row,
 )
 
 log = logging.getLogger("toolgate.bridge.store")
@@ -86,11 +91,17 @@ ALTER TABLE graphs ALTER COLUMN bridge_owner SET NOT NULL, DROP CONSTRAINT graph
 ALTER TABLE audit ADD COLUMN owner TEXT;
 CREATE INDEX audit_owner_ts ON audit (owner, ts);
 """),
+    (4, """
+ALTER TABLE audit ADD COLUMN record_id TEXT;
+CREATE UNIQUE INDEX audit_record_id ON audit (record_id);
+"""),
 )
 """(version, SQL). Never edit a shipped step: add the next one. Step 2 makes ids per owner
 (tenancy.py): connections and bridges unique by (owner, id), a graph by its bridge's (owner, id)
 (ids were global before, so each graph takes the owner of the one bridge of its id). Step 3 gives an
-audit record the owner of the connection a change concerns (`AuditRecord.owner`). The grants go to PUBLIC, i.e. every
+audit record the owner of the connection a change concerns (`AuditRecord.owner`). Step 4 gives a
+record its writer's id, unique (rows written before it have none), so a batch written twice is
+stored once (O4). The grants go to PUBLIC, i.e. every
 role that may connect to the database (docs/deploy.md: grant CONNECT to the gateway's role only)."""
 
 LATEST = MIGRATIONS[-1][0]
@@ -98,7 +109,22 @@ LATEST = MIGRATIONS[-1][0]
 _CONNECTION_LOST = (
     OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
     asyncpg.exceptions.OperatorInterventionError,  # the server shutting down, or not accepting connections yet
+    asyncpg.InternalClientError,  # the protocol's state broken by a server going away mid-statement
 )
+"""What counts as the server lost. `InterfaceError` covers the client-side state errors a shutdown
+leaves behind ("another operation is in progress", "connection is closed"); `InternalClientError`
+(not an `InterfaceError`) is what asyncpg raises when the connection breaks while a statement waits
+("waiter is not done while handling critical protocol error")."""
+
+_WRITE_AUDIT = (
+    f"INSERT INTO audit ({', '.join(AUDIT_WRITE_COLUMNS)})"
+    f" SELECT {', '.join(AUDIT_WRITE_COLUMNS)} FROM unnest("
+    "$1::float8[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bool[], $8::text[], $9::text[],"
+    " $10::float8[], $11::text[], $12::text[]"
+    f") WITH ORDINALITY AS batch ({', '.join(AUDIT_WRITE_COLUMNS)}, n) ORDER BY n"
+    " ON CONFLICT (record_id) DO NOTHING"
+)
+"""One batch, in its order (identity values are drawn row by row in `ORDER BY n`), skipping ids stored already."""
 
 
 class PostgresStore:
@@ -183,7 +209,11 @@ class PostgresStore:
             raise RuntimeError("the bridge store is not open")
         try:
             async with self._pool.acquire(timeout=self._connect_timeout if wait is None else wait) as conn:
-                return await fn(conn)
+                try:
+                    return await fn(conn)
+                except _CONNECTION_LOST:
+                    conn.terminate()  # its state is unknown: the pool opens a fresh one for the next caller
+                    raise
         except _CONNECTION_LOST as exc:
             raise StoreUnavailable(f"the Bridge store ({self.where}) cannot be reached: {_reason(exc)}") from None
 
@@ -334,12 +364,11 @@ class PostgresStore:
         return json.loads(text) if text is not None else None
 
     async def append_audit(self, records: Sequence[AuditRecord]) -> None:
-        """Append a batch with one COPY (one transaction: all of it or none)."""
-        rows = [audit_values(r) for r in records]
+        """Append a batch in its order with one statement (all of it or none); records whose
+        `record_id` is stored already are skipped."""
+        columns = list(zip(*(audit_values(r) for r in records))) if records else [()] * len(AUDIT_WRITE_COLUMNS)
         # the writer runs in the background: a pool busy with calls' reads is waited for, not a reason to drop
-        await self._run(
-            lambda db: db.copy_records_to_table("audit", records=rows, columns=list(AUDIT_COLUMNS)), wait=AUDIT_WAIT
-        )
+        await self._run(lambda db: db.execute(_WRITE_AUDIT, *(list(c) for c in columns)), wait=AUDIT_WAIT)
 
     async def query_audit(self, query: AuditQuery) -> list[AuditRecord]:
         """An actor's records (all actors when `actor_id` is None), newest first."""

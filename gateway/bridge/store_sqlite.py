@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, ItemKey, SavedGraph
 from gateway.bridge.store import (
-    AUDIT_COLUMNS, GraphConflict, audit_conditions, audit_from_row, audit_values, bridge_from_row,
+    AUDIT_COLUMNS, AUDIT_WRITE_COLUMNS, GraphConflict, audit_conditions, audit_from_row, audit_values, bridge_from_row,
 )
 
 T = TypeVar("T")
@@ -83,6 +83,8 @@ class SqliteStore:
             _add_column(db, "graphs", "version", "INTEGER NOT NULL DEFAULT 1")  # before saves were versioned (S2)
             _add_column(db, "audit", "owner", "TEXT")  # before a connection's owner saw others' changes to it
             db.execute("CREATE INDEX IF NOT EXISTS audit_owner_ts ON audit (owner, ts)")
+            _add_column(db, "audit", "record_id", "TEXT")  # before a record had an id (O4: written once)
+            db.execute("CREATE UNIQUE INDEX IF NOT EXISTS audit_record_id ON audit (record_id)")
             _rekey(db)  # a store made when ids were global
 
         await self._run(create)
@@ -221,8 +223,10 @@ class SqliteStore:
         return json.loads(rows[0][0]) if rows else None
 
     async def append_audit(self, records: Sequence[AuditRecord]) -> None:
-        """Append records in one transaction."""
-        sql = f"INSERT INTO audit ({', '.join(AUDIT_COLUMNS)}) VALUES ({_marks(AUDIT_COLUMNS)})"
+        """Append records in one transaction, in their order; a record whose `record_id` is stored
+        already is skipped (O4: a batch written again is stored once)."""
+        sql = (f"INSERT INTO audit ({', '.join(AUDIT_WRITE_COLUMNS)}) VALUES ({_marks(AUDIT_WRITE_COLUMNS)})"
+               " ON CONFLICT (record_id) DO NOTHING")
         rows = [audit_values(r) for r in records]
 
         def insert(db: sqlite3.Connection) -> None:

@@ -115,3 +115,78 @@ async def test_postgresql_lost_mid_run_costs_only_audit_records_counted_and_the_
             assert PASSWORD not in gateway.log_tail(10_000)
         finally:
             gateway.stop()
+
+
+def test_a_replica_started_while_postgresql_is_down_serves_chat_says_the_bridge_is_not_ready_and_connects_later(
+    cluster: postgres.Cluster,
+) -> None:
+    # R: O4, S1
+    url = cluster.create_database("toolgate")
+    cluster.stop()
+    os.environ[PASSWORD_ENV] = PASSWORD
+    state = McpServerState()
+    with serve(http_app(state, legacy_only=True)) as mcp:
+        config = serve_config(url, mcp.url)
+        config["bridge"] = {**config["bridge"], "storeDownAtStart": "serve"}  # type: ignore[dict-item]
+        gateway = Gateway(config)
+        try:
+            gateway.wait_ready()  # /readyz: 200, chat is served
+            where = f"PostgreSQL at 127.0.0.1:{cluster.port}/toolgate"
+            ready = httpx2.get(gateway.url + "/readyz", timeout=10)
+            assert ready.status_code == 200 and where in ready.json()["bridge"]
+            bridge_ready = httpx2.get(gateway.url + "/readyz/bridge", timeout=10)
+            assert bridge_ready.status_code == 503 and where in bridge_ready.json()["bridge"]
+            models = httpx2.get(gateway.url + "/v1/models", timeout=10)
+            assert models.status_code == 200 and [m["id"] for m in models.json()["data"]] == ["assistant"]
+            for path in ("/mcp/b1", "/bridges", "/audit"):
+                refused = httpx2.get(gateway.url + path, timeout=10)
+                assert refused.status_code == 503, path
+                assert "the Bridge is not ready" in refused.text and where in refused.text, path
+
+            cluster.start()
+            assert wait_until(lambda: httpx2.get(gateway.url + "/readyz/bridge", timeout=10).status_code == 200,
+                              timeout=60)  # retried with backoff, no restart
+            assert httpx2.get(gateway.url + "/readyz", timeout=10).json()["bridge"] == "ready"
+            with httpx2.Client(timeout=30) as http:
+                listed = http.get(gateway.url + "/bridges")
+            assert listed.status_code == 200 and [b["id"] for b in listed.json()["data"]] == ["b1"]
+            assert gateway.process.poll() is None
+            assert PASSWORD not in gateway.log_tail(10_000)
+        finally:
+            gateway.stop()
+
+
+async def test_asyncpg_client_state_errors_count_as_a_lost_connection_retried_on_a_fresh_one_or_served_from_cache(
+    cluster: postgres.Cluster,
+) -> None:
+    # R: O4, S1
+    import asyncpg
+
+    from gateway.bridge.store import StoreUnavailable
+    from gateway.bridge.store_postgres import PostgresStore
+
+    url = cluster.create_database("toolgate")
+    store = PostgresStore(url, password=PASSWORD)
+    await store.open()
+    try:
+        pids: list[int] = []
+        faults: list[Exception] = [asyncpg.InternalClientError("waiter is not done while handling critical protocol error")]
+
+        async def read(db: asyncpg.Connection) -> int:
+            pids.append(db.get_server_pid())
+            if faults:
+                raise faults.pop(0)
+            return int(await db.fetchval("SELECT 41 + 1"))
+
+        assert await store._read(("answer",), read) == 42  # InternalClientError: retried, then served
+        assert len(pids) == 2 and pids[0] != pids[1]  # the connection that raised it was not reused
+        faults.append(asyncpg.InterfaceError("cannot perform operation: another operation is in progress"))
+        assert await store._read(("answer",), read) == 42
+        faults.extend([asyncpg.InternalClientError("x"), asyncpg.InternalClientError("y")])
+        assert await store._read(("answer",), read) == 42  # both tries failed: the last answer
+        assert faults == []
+        with pytest.raises(StoreUnavailable, match="cannot be reached: InternalClientError"):
+            faults.extend([asyncpg.InternalClientError("x"), asyncpg.InternalClientError("y")])
+            await store._read(("never answered",), read)
+    finally:
+        await store.close()

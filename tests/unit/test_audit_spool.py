@@ -1,0 +1,198 @@
+"""The audit spool (O4): its file format (whole fsynced lines, a torn last line after a crash
+skipped, order kept, bounded) and the audit writer over it with a real SQLite store that fails,
+or commits and then fails (the acknowledgement lost), on command."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from gateway.bridge.audit import AuditWriter
+from gateway.bridge.records import AuditQuery, AuditRecord
+from gateway.bridge.spool import AuditSpool, encode
+from gateway.bridge.store_sqlite import SqliteStore
+
+
+def record(n: int, record_id: str | None = None) -> AuditRecord:
+    return AuditRecord(float(n), "mcp.tool_call", "alice", None, "tools__echo", "federation", False, {"id": n},
+                       "success", 1.0, record_id=record_id if record_id is not None else f"r-{n}")
+
+
+def ids(records: Sequence[AuditRecord]) -> list[int]:
+    return [r.args["id"] for r in records]
+
+
+def drain(spool: AuditSpool) -> list[AuditRecord]:
+    """Every record in the spool, oldest first, removing each segment read."""
+    found: list[AuditRecord] = []
+    while (segment := spool.oldest()) is not None:
+        found += segment.records
+        spool.remove(segment)
+    return found
+
+
+def test_records_come_back_in_the_order_they_were_appended_and_a_prepended_batch_first(tmp_path: Path) -> None:
+    # R: O4
+    spool = AuditSpool(tmp_path, max_bytes=1 << 20)
+    spool.open()
+    assert spool.append([record(3), record(4)]) == []
+    assert spool.append([record(5)]) == []
+    assert spool.prepend([record(1), record(2)]) == []
+    assert spool.pending()
+    assert ids(drain(spool)) == [1, 2, 3, 4, 5]
+    assert not spool.pending() and list(tmp_path.iterdir()) == []
+
+
+def test_a_spool_survives_a_restart_and_new_records_go_after_the_old_ones(tmp_path: Path) -> None:
+    # R: O4
+    first = AuditSpool(tmp_path, max_bytes=1 << 20)
+    first.open()
+    first.append([record(1), record(2)])  # no close(): the process died
+    second = AuditSpool(tmp_path, max_bytes=1 << 20)
+    second.open()
+    second.append([record(3)])
+    assert ids(drain(second)) == [1, 2, 3]
+
+
+def test_a_torn_last_line_left_by_a_crash_is_skipped_and_later_records_are_not_spoiled_by_it(tmp_path: Path) -> None:
+    # R: O4
+    first = AuditSpool(tmp_path, max_bytes=1 << 20)
+    first.open()
+    first.append([record(1), record(2)])
+    (segment,) = list(tmp_path.iterdir())
+    with segment.open("ab") as file:  # a crash in the middle of writing record 3's line
+        file.write(encode(record(3))[:25])
+    second = AuditSpool(tmp_path, max_bytes=1 << 20)
+    second.open()
+    second.append([record(4)])
+    assert ids(drain(second)) == [1, 2, 4]
+
+
+def test_the_spool_keeps_what_fits_within_its_bound_and_returns_the_rest(tmp_path: Path) -> None:
+    # R: O4
+    line = len(encode(record(1)))
+    spool = AuditSpool(tmp_path, max_bytes=3 * line + line // 2)
+    spool.open()
+    left = spool.append([record(1), record(2), record(3), record(4), record(5)])
+    assert ids(left) == [4, 5]
+    assert spool.bytes <= spool.max_bytes
+    assert ids(spool.prepend([record(0)])) == [0]
+    assert ids(drain(spool)) == [1, 2, 3]
+    assert spool.append([record(6)]) == []  # room again once replayed
+
+
+class FlakyStore(SqliteStore):
+    """A real SQLite store whose audit appends fail while `down` is set; with `lose_ack`, the next
+    append is committed and then fails, as when the acknowledgement of a committed batch is lost."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.down = False
+        self.lose_ack = False
+        self.failures = 0
+
+    async def append_audit(self, records: Sequence[AuditRecord]) -> None:
+        if self.down:
+            self.failures += 1
+            raise ConnectionResetError("store down")
+        await super().append_audit(records)
+        if self.lose_ack:
+            self.lose_ack = False
+            self.failures += 1
+            raise ConnectionResetError("acknowledgement lost")
+
+
+async def stored(store: SqliteStore) -> list[AuditRecord]:
+    return list(reversed(await store.query_audit(AuditQuery(actor_id=None, limit=100_000))))
+
+
+async def test_records_the_store_refused_are_written_from_the_spool_in_order_and_once_when_it_returns(tmp_path: Path) -> None:
+    # R: O4, F5
+    store = FlakyStore(tmp_path / "audit.db")
+    await store.open()
+    registry = CollectorRegistry()
+    writer = AuditWriter(store, queue_size=10_000, registry=registry, spool=AuditSpool(tmp_path / "spool", 1 << 20))
+    writer.start()
+    for n in range(0, 10):
+        writer.submit(record(n, record_id=None))
+    await asyncio.wait_for(writer.flushed(), timeout=10)
+    store.down = True
+    for n in range(10, 300):
+        writer.submit(record(n, record_id=None))
+        if n % 50 == 0:
+            await asyncio.sleep(0)  # let the writer take some while others keep coming
+    await asyncio.wait_for(writer._queue.join(), timeout=10)
+    assert store.failures >= 1 and (tmp_path / "spool").is_dir() and any((tmp_path / "spool").iterdir())
+    store.lose_ack = True  # the first replayed batch is committed but reported failed: replayed again
+    store.down = False
+    for n in range(300, 320):
+        writer.submit(record(n, record_id=None))
+    await asyncio.wait_for(writer.flushed(), timeout=30)
+    await writer.stop()
+    rows = await stored(store)
+    assert ids(rows) == list(range(320))  # every record, once, in order of seq
+    assert registry.get_sample_value("toolgate_audit_dropped_total", {"reason": "store_error"}) is None
+    assert registry.get_sample_value("toolgate_audit_spool_bytes") == 0
+    await store.close()
+
+
+async def test_a_full_queue_spills_into_the_spool_in_order_instead_of_dropping(tmp_path: Path) -> None:
+    # R: O4
+    store = FlakyStore(tmp_path / "audit.db")
+    await store.open()
+    registry = CollectorRegistry()
+    writer = AuditWriter(store, queue_size=4, registry=registry, spool=AuditSpool(tmp_path / "spool", 1 << 20))
+    writer.start()
+    for n in range(100):  # no await: the writer cannot take any, the queue of 4 overflows
+        writer.submit(record(n, record_id=None))
+    await asyncio.wait_for(writer.flushed(), timeout=30)
+    await writer.stop()
+    assert ids(await stored(store)) == list(range(100))
+    assert registry.get_sample_value("toolgate_audit_dropped_total", {"reason": "queue_full"}) is None
+    await store.close()
+
+
+async def test_only_a_full_spool_drops_records_and_counts_them(tmp_path: Path) -> None:
+    # R: O4
+    store = FlakyStore(tmp_path / "audit.db")
+    await store.open()
+    store.down = True
+    registry = CollectorRegistry()
+    line = len(encode(record(1, record_id="x" * 40)))  # about the size of a writer-given id's line
+    writer = AuditWriter(store, queue_size=1000, registry=registry, spool=AuditSpool(tmp_path / "spool", 64 * 1024))
+    writer.start()
+    for n in range(2 * 64 * 1024 // line):
+        writer.submit(record(n, record_id=None))
+    await asyncio.wait_for(writer._queue.join(), timeout=10)
+    dropped = registry.get_sample_value("toolgate_audit_dropped_total", {"reason": "spool_full"}) or 0
+    kept = registry.get_sample_value("toolgate_audit_spooled_total")
+    assert dropped > 0 and kept is not None and kept + dropped == 2 * 64 * 1024 // line
+    store.down = False
+    await asyncio.wait_for(writer.flushed(), timeout=30)
+    await writer.stop()
+    assert ids(await stored(store)) == list(range(int(kept)))  # the oldest were kept, the newest dropped
+    await store.close()
+
+
+async def test_a_writer_started_over_a_spool_left_by_an_earlier_run_writes_it_first(tmp_path: Path) -> None:
+    # R: O4
+    store = FlakyStore(tmp_path / "audit.db")
+    await store.open()
+    store.down = True
+    first = AuditWriter(store, queue_size=100, registry=CollectorRegistry(), spool=AuditSpool(tmp_path / "spool", 1 << 20))
+    first.start()
+    for n in range(5):
+        first.submit(record(n, record_id=None))
+    await asyncio.wait_for(first._queue.join(), timeout=10)
+    await first.stop()  # the store never came back during this run
+    store.down = False
+    second = AuditWriter(store, queue_size=100, registry=CollectorRegistry(), spool=AuditSpool(tmp_path / "spool", 1 << 20))
+    second.start()
+    second.submit(record(5, record_id=None))
+    await asyncio.wait_for(second.flushed(), timeout=30)
+    await second.stop()
+    assert ids(await stored(store)) == list(range(6))
+    await store.close()
