@@ -28,6 +28,7 @@ from gateway.chain import GatewayTool
 from gateway.conversation import CONVERSATION_HEADER, client_conversation_id, conversation_key
 from gateway.errors import GatewayError, ModelNotFound, UpstreamTimeout, error_response, internal_error
 from gateway.gateway import Gateway, Route
+from gateway.limits.gate import ADMISSION_KEY, UNLIMITED
 from gateway.logs import request_id_var
 from gateway.loop import Ending, LoopStats, TurnIO, run_completion, run_stream
 from gateway.plugins import PluginContext
@@ -66,6 +67,10 @@ class ChatHandler:
         try:
             response = await self._serve(request, dialect, record, started)
             streaming = isinstance(response, _CleanStream)
+            admission = request.scope.get(ADMISSION_KEY, UNLIMITED)
+            response.headers.update(admission.headers)  # x-ratelimit-* when a limit applies (O2)
+            if isinstance(response, _CleanStream):
+                response.then(lambda: admission.end_of(record))
             return response
         except GatewayError as exc:
             record.status = exc.status
@@ -75,6 +80,8 @@ class ChatHandler:
         finally:
             if not streaming:  # a stream counts itself when it ends
                 record.finish(self.gw.metrics, time.perf_counter() - started)
+                with anyio.CancelScope(shield=True):  # charge tokens and spend, free its slots (O2)
+                    await request.scope.get(ADMISSION_KEY, UNLIMITED).end_of(record)
 
     async def _serve(self, request: Request, dialect: Dialect, record: RequestRecord, started: float) -> Response:
         authorization_of(request.headers)  # two or more Authorization headers: 401, whichever the dialect reads
@@ -88,6 +95,7 @@ class ChatHandler:
         body = translation.chat
         route = self._route(body["model"])
         record.route = route.config.model
+        request.scope[ADMISSION_KEY] = await self.gw.limits.admit(identity, route.config.model, route.upstream_model)  # O2: 429 here
         client_id = client_conversation_id(request.headers.get(CONVERSATION_HEADER), body)
         budget = self.gw.config.server.request_timeout_seconds
         ctx = PluginContext(
@@ -247,6 +255,18 @@ class _CleanStream(StreamingResponse):
     def __init__(self, content: AsyncIterator[bytes], cleanup: Callable[[], Awaitable[None]]) -> None:
         super().__init__(content, media_type="text/event-stream", headers={"cache-control": "no-cache"})
         self._cleanup = cleanup
+
+    def then(self, more: Callable[[], Awaitable[None]]) -> None:
+        """Run `more` after the cleanup, whatever the cleanup raised (the limits' end of the request, O2)."""
+        first = self._cleanup
+
+        async def both() -> None:
+            try:
+                await first()
+            finally:
+                await more()
+
+        self._cleanup = both
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

@@ -16,6 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.bridge.config import BridgeConfig
+from gateway.limits.config import LimitsConfig
+from gateway.limits.config import reference_problems as limits_problems
 from gateway.registry import PLUGIN_TYPES, PluginConfig, plugin_id
 from gateway.secrets import SecretRef, unreadable_secrets
 from gateway.tracing import TelemetryConfig
@@ -214,6 +216,7 @@ class Config(_Strict):
     upstreams: list[UpstreamConfig] = Field(min_length=1)
     routes: list[RouteConfig] = Field(min_length=1)
     bridge: BridgeConfig | None = None
+    limits: LimitsConfig | None = Field(default=None, description="rate limits and budgets (O2); none by default")
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig, description="OpenTelemetry traces (OTLP); off by default")
     base_dir: Path = Field(default=Path("."), exclude=True, description="folder of the YAML file")
 
@@ -250,6 +253,7 @@ def reference_problems(data: Any) -> list[tuple[str, str]]:
         for j, plugin in plugins:
             if plugin_id(plugin) in duplicates(ids):
                 problems.append((f"routes.{i}.plugins.{j}.id", f"plugin id {plugin_id(plugin)!r} is used more than once in this chain"))
+    problems += limits_problems(data)
     server = data.get("server") if isinstance(data, dict) else None
     auth = data.get("auth") if isinstance(data, dict) else None
     mode = auth.get("mode", "none") if isinstance(auth, dict) else "none"

@@ -19,6 +19,8 @@ class GatewayError(Exception):
     code: str = "internal_error"
     challenge: str | None = None
     """The `WWW-Authenticate` value its response carries (401, and 403 for a missing scope)."""
+    headers: dict[str, str] | None = None
+    """More response headers (a 429's `Retry-After` and `x-ratelimit-*`)."""
 
     def __init__(self, message: str, *, code: str | None = None, param: str | None = None) -> None:
         super().__init__(message)
@@ -109,6 +111,21 @@ class UpstreamRateLimited(GatewayError):
     status, type, code = 429, "rate_limit_error", "upstream_rate_limited"
 
 
+class RateLimited(GatewayError):
+    """A limit of `limits:` refused the request (O2): 429 with `Retry-After` and the
+    `x-ratelimit-*` headers. `type` is OpenAI's: `requests`, `tokens`, or `insufficient_quota`
+    for a spent budget; `rule` and `reason` label `toolgate_requests_limited_total`."""
+
+    status, type, code = 429, "requests", "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, rule: str = "", reason: str = "requests", headers: dict[str, str] | None = None,
+                 type: str | None = None, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.rule, self.reason, self.headers = rule, reason, headers or {}
+        if type is not None:
+            self.type = type
+
+
 class UpstreamError(GatewayError):
     status, type, code = 502, "upstream_error", "bad_gateway"
 
@@ -159,7 +176,8 @@ def jsonrpc_error(exc: GatewayError) -> dict[str, Any]:
 def error_response(exc: GatewayError, scrub: Callable[[str], str], shape: ErrorShape = openai_error) -> Response:
     """The one error renderer of every route: `exc` in `shape`, scrubbed of every resolved secret."""
     raw = scrub(json.dumps(shape(exc), ensure_ascii=False))
-    headers = {"www-authenticate": exc.challenge} if exc.challenge else None
+    headers = {"www-authenticate": exc.challenge} if exc.challenge else {}
+    headers.update(exc.headers or {})
     return Response(raw, status_code=exc.status, media_type="application/json", headers=headers)
 
 

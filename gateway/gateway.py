@@ -10,6 +10,7 @@ import httpx2
 from gateway.auth import Authenticator
 from gateway.chain import Chain
 from gateway.config import Config, RouteConfig, UpstreamConfig
+from gateway.limits.gate import build_limits
 from gateway.metrics import GatewayMetrics
 from gateway.plugins import PluginEnv
 from gateway.registry import build_plugin
@@ -56,6 +57,9 @@ class Gateway:
         )
         self.ready = False
         self.auth = Authenticator(config.auth, config.base_dir, self.secrets)
+        # O2: a concurrency slot outlives its request by at most a minute (a replica that died holding it)
+        self.limits = build_limits(config.limits, config.base_dir, self.secrets, self.metrics.registry,
+                                   hold_seconds=config.server.request_timeout_seconds + 60)
         upstreams = {u.name: _upstream(u, config, self.http, self.secrets) for u in config.upstreams}
         self.routes: dict[str, Route] = {
             r.model: Route(r, upstreams[r.upstream], Chain(r.model, [build_plugin(p) for p in r.plugins], self.metrics))
@@ -64,6 +68,7 @@ class Gateway:
 
     async def start(self) -> None:
         await self.auth.start(self.http)
+        await self.limits.start()
         if any(u.kind == "litellm" for u in self.config.upstreams):
             await asyncio.to_thread(import_litellm)  # seconds of import, at start-up and off the loop
         for name, route in self.routes.items():
@@ -76,4 +81,5 @@ class Gateway:
             for route in self.routes.values():
                 await route.chain.stop()
         finally:
+            await self.limits.close()
             await self.http.aclose()

@@ -1,0 +1,169 @@
+"""Counters in Redis, shared by every replica (O2): the arithmetic of gateway.limits.buckets as
+two Lua scripts, each one atomic round trip on Redis's own clock (`TIME`), so replicas whose
+clocks differ still count one bucket alike.
+
+`ADMIT` evaluates every check and takes units and slots only when all allow (requests: GCRA `tat`
+in a string key with a TTL; concurrency: a sorted set of holders scored by when their slot
+lapses, lapsed ones dropped first; tokens and budgets: read only). `SETTLE` charges tokens (GCRA)
+and spend (`INCRBYFLOAT`, expiring after the budget's period) and frees the holder's slots.
+Numbers cross as strings (Lua would truncate floats to integers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from gateway.limits.buckets import Check, Outcome
+from gateway.limits.counters import Charge, CountersError
+
+_KINDS = {"requests": "r", "tokens": "t", "budget": "b", "concurrent": "c"}
+
+ADMIT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local holder = ARGV[1]
+local out, newtat, all = {}, {}, true
+for i = 1, #KEYS do
+  local key, j = KEYS[i], 2 + (i - 1) * 3
+  local kind, limit, period = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+  local ok, remaining, reset, retry = 1, 0, 0, 0
+  if kind == 'r' or kind == 't' then
+    local interval = period / limit
+    local tat = newtat[key] or tonumber(redis.call('GET', key) or '0')
+    local start = math.max(tat, now)
+    if kind == 'r' then
+      local new = start + interval
+      if new - now > period + 1e-9 then
+        ok, remaining, reset, retry = 0, math.max(0, math.floor((period - (start - now)) / interval + 1e-9)), start - now, new - now - period
+      else
+        newtat[key] = new
+        remaining, reset = math.floor((period - (new - now)) / interval + 1e-9), new - now
+      end
+    else
+      local used = start - now
+      if used >= period then
+        ok, reset, retry = 0, used, used - period + interval
+      else
+        remaining, reset = math.max(0, math.floor((period - used) / interval + 1e-9)), used
+      end
+    end
+  elseif kind == 'b' then
+    local spent = tonumber(redis.call('GET', key) or '0')
+    if spent >= limit then
+      ok, reset, retry = 0, period, period
+    else
+      remaining, reset = limit - spent, period
+    end
+  else
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+    local n = redis.call('ZCARD', key)
+    if n >= limit then
+      ok, reset, retry = 0, 1, 1
+    else
+      remaining = limit - n - 1
+    end
+  end
+  if ok == 0 then all = false end
+  out[i] = {ok, string.format('%.6f', remaining), string.format('%.6f', reset), string.format('%.6f', retry)}
+end
+if all then
+  for i = 1, #KEYS do
+    local key, j = KEYS[i], 2 + (i - 1) * 3
+    local kind, period = ARGV[j], tonumber(ARGV[j + 2])
+    if kind == 'r' and newtat[key] then
+      redis.call('SET', key, string.format('%.6f', newtat[key]), 'PX', math.ceil((newtat[key] - now) * 1000) + 1)
+    elseif kind == 'c' then
+      redis.call('ZADD', key, now + period, holder)
+      redis.call('PEXPIRE', key, math.ceil(period * 1000) + 1)
+    end
+  end
+end
+return out
+"""
+
+SETTLE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local holder = ARGV[1]
+for i = 1, #KEYS do
+  local key, j = KEYS[i], 2 + (i - 1) * 4
+  local kind, limit, period, amount = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
+  if kind == 't' then
+    local tat = tonumber(redis.call('GET', key) or '0')
+    local new = math.max(tat, now) + amount * period / limit
+    redis.call('SET', key, string.format('%.6f', new), 'PX', math.ceil((new - now) * 1000) + 1)
+  elseif kind == 'b' then
+    redis.call('INCRBYFLOAT', key, string.format('%.9f', amount))
+    redis.call('EXPIRE', key, math.ceil(period) + 60)
+  elseif kind == 'c' then
+    redis.call('ZREM', key, holder)
+  end
+end
+return 1
+"""
+
+
+def redis_location(url: str) -> str:
+    """`host:port/db` of a Redis URL, for messages (never a user name or password)."""
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port or 6379}{parts.path or '/0'}"
+
+
+class RedisCounters:
+    """Counters in one Redis database, every key under `prefix`; each call one round trip.
+
+    No retries inside redis-py: a call that fails is reported at once (`CountersError`), and the
+    gate fails open or closed as configured, instead of holding the request through back-offs."""
+
+    shared = True
+
+    def __init__(self, url: str, *, password: str | None, username: str | None, timeout: float) -> None:
+        self.where = redis_location(url)
+        self._client = aioredis.Redis.from_url(
+            url, password=password, username=username, socket_timeout=timeout, socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0), health_check_interval=0,
+        )
+        self._admit = self._client.register_script(ADMIT)
+        self._settle = self._client.register_script(SETTLE)
+
+    async def ping(self) -> None:
+        """Reach Redis once (start-up reports whether it can)."""
+        try:
+            await self._client.ping()
+        except (RedisError, OSError) as exc:
+            raise CountersError(f"Redis at {self.where}: {type(exc).__name__}: {exc}") from None
+
+    async def admit(self, checks: Sequence[Check], holder: str) -> list[Outcome]:
+        args: list[str | float] = [holder]
+        for check in checks:
+            args += [_KINDS[check.kind], check.limit, check.period]
+        try:
+            rows = await self._admit(keys=[c.key for c in checks], args=args)
+        except (RedisError, OSError) as exc:
+            raise CountersError(f"Redis at {self.where}: {type(exc).__name__}: {exc}") from None
+        return [Outcome(bool(int(ok)), float(remaining), float(reset), float(retry)) for ok, remaining, reset, retry in rows]
+
+    async def settle(self, charges: Sequence[Charge], releases: Sequence[Check], holder: str) -> None:
+        keys: list[str] = []
+        args: list[str | float] = [holder]
+        for charge in charges:
+            keys.append(charge.check.key)
+            args += [_KINDS[charge.check.kind], charge.check.limit, charge.check.period, charge.amount]
+        for check in releases:
+            keys.append(check.key)
+            args += ["c", check.limit, check.period, 0]
+        if not keys:
+            return
+        try:
+            await self._settle(keys=keys, args=args)
+        except (RedisError, OSError) as exc:
+            raise CountersError(f"Redis at {self.where}: {type(exc).__name__}: {exc}") from None
+
+    async def close(self) -> None:
+        await self._client.aclose()

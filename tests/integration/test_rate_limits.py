@@ -1,0 +1,295 @@
+"""Rate limits and budgets (O2) on real gateways, the machine's real Redis (each test under its own
+key prefix, deleted after) and the scripted upstream; the multi-replica test runs two `toolgate
+serve` processes behind the real HAProxy with deploy/haproxy.cfg."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+import httpx2
+import pytest
+
+from bench.loadkit import Gateway as ServeProcess
+from tests.support import canary, haproxy
+from tests.support import redis as redis_support
+from tests.support.faults import free_port, metric
+from tests.support.gateway import running_gateway, simple_config
+from tests.support.http_server import ServerThread, serve
+from tests.support.logs import captured_logs
+from tests.support.upstream import Reply, ScriptedUpstream
+from tests.support.waiting import wait_until
+
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+KEYS = {  # key → (user, org); every value holds the canary, so a key that leaks fails the test
+    "k1": ("alice", "acme"), "k2": ("alice", "acme"), "k3": ("bob", "acme"), "k4": ("carol", "globex"),
+}
+
+
+def key_value(name: str) -> str:
+    return f"{canary.CANARY}-limits-{name}"
+
+
+def body(api: str, model: str = "assistant", stream: bool = False) -> dict[str, Any]:
+    if api == "responses":
+        return {"model": model, "input": "hello", "stream": stream}
+    found: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "hello"}], "stream": stream}
+    if api == "messages":
+        found["max_tokens"] = 16
+    return found
+
+
+def post(gw: ServerThread | str, api: str = "chat", key: str | None = None, model: str = "assistant",
+         stream: bool = False, **headers: str) -> httpx2.Response:
+    url = gw if isinstance(gw, str) else gw.url
+    if key is not None:
+        headers["authorization"] = f"Bearer {key_value(key)}"
+    return httpx2.post(url + PATHS[api], json=body(api, model, stream), headers=headers, timeout=30)
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    redis_support.require()
+    found = redis_support.prefix()
+    yield found
+    redis_support.clean(found)
+
+
+@pytest.fixture
+def upstream() -> Iterator[tuple[ScriptedUpstream, ServerThread]]:
+    scripted = ScriptedUpstream()
+    with serve(scripted.app) as server:
+        yield scripted, server
+    scripted.release.set()
+
+
+def limited(upstream_url: str, rules: list[dict[str, Any]], prefix: str, *, keys: bool = False,
+            redis: str | None = redis_support.URL, **limits: Any) -> dict[str, Any]:
+    """The scripted route `assistant` (and `other`) with `limits.rules`; with `keys`, auth by the four API keys of KEYS."""
+    config = simple_config(upstream_url)
+    config["routes"].append({**config["routes"][0], "model": "other"})
+    config["limits"] = {"key_prefix": prefix, "rules": rules, **limits}
+    if redis is not None:
+        config["limits"]["redis"] = redis
+    if keys:
+        config["auth"] = {"mode": "api_keys", "api_keys": [
+            {"key": f"env:TOOLGATE_TEST_LIMITS_{name.upper()}", "user_id": user, "org_id": org} for name, (user, org) in KEYS.items()
+        ]}
+    return config
+
+
+@pytest.fixture(autouse=True)
+def key_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in KEYS:
+        monkeypatch.setenv(f"TOOLGATE_TEST_LIMITS_{name.upper()}", key_value(name))
+
+
+def rate_headers(response: httpx2.Response) -> dict[str, str]:
+    return {k: v for k, v in response.headers.items() if k.startswith("x-ratelimit-") or k == "retry-after"}
+
+
+def test_n_requests_a_minute_are_admitted_then_each_api_gets_its_own_429_with_retry_after(upstream, prefix) -> None:
+    # R: O2
+    scripted, server = upstream
+    with running_gateway(limited(server.url, [{"per": "route", "requests_per_minute": 3}], prefix)) as gw:
+        admitted = [post(gw, api) for api in ("chat", "responses", "messages")]
+        refused = {api: post(gw, api) for api in PATHS}
+
+        assert [r.status_code for r in admitted] == [200, 200, 200]
+        assert [r.headers["x-ratelimit-remaining-requests"] for r in admitted] == ["2", "1", "0"]
+        assert {r.headers["x-ratelimit-limit-requests"] for r in admitted} == {"3"}
+        assert len(scripted.requests) == 3  # refused before the upstream was called
+        for api, response in refused.items():
+            assert response.status_code == 429, (api, response.text)
+            headers = rate_headers(response)
+            assert headers["x-ratelimit-limit-requests"] == "3" and headers["x-ratelimit-remaining-requests"] == "0"
+            assert 1 <= int(headers["retry-after"]) <= 20  # one request frees every 60/3 s
+            assert headers["x-ratelimit-reset-requests"].endswith("s")
+        message = "rate limit reached: limit rule 'route' allows 3 requests per minute; try again in "
+        for api in ("chat", "responses"):
+            error = refused[api].json()["error"]
+            assert (error["type"], error["code"], error["param"]) == ("requests", "rate_limit_exceeded", None)
+            assert error["message"].startswith(message)
+        anthropic = refused["messages"].json()
+        assert anthropic["type"] == "error" and anthropic["error"]["type"] == "rate_limit_error"
+        assert anthropic["error"]["message"].startswith(message)
+        assert metric(gw.url, "toolgate_requests_limited_total", rule="route", reason="requests") == 3
+        assert redis_support.keys(prefix) == [f"{prefix}rpm:route:assistant"]
+
+
+def test_tokens_a_minute_are_charged_from_usage_when_a_request_ends_streams_included(upstream, prefix) -> None:
+    # R: O2
+    scripted, server = upstream  # every answer uses 10 + 5 tokens
+    with running_gateway(limited(server.url, [{"per": "user", "tokens_per_minute": 20}], prefix)) as gw:
+        first = post(gw, stream=True)
+        assert first.status_code == 200 and first.headers["x-ratelimit-remaining-tokens"] == "20"
+        assert "[DONE]" in first.text
+        # the stream's cleanup charged its 15 tokens: 5 are left
+        assert wait_until(lambda: post(gw, "responses").headers.get("x-ratelimit-remaining-tokens") == "5", timeout=10)
+        refused = post(gw, "messages")  # 30 of 20 used
+
+        assert refused.status_code == 429
+        assert refused.json()["error"]["type"] == "rate_limit_error"
+        assert "allows 20 tokens per minute" in refused.json()["error"]["message"]
+        assert rate_headers(refused)["x-ratelimit-limit-tokens"] == "20"
+        assert rate_headers(refused)["x-ratelimit-remaining-tokens"] == "0"
+        assert 1 <= int(refused.headers["retry-after"]) <= 60
+        assert metric(gw.url, "toolgate_requests_limited_total", rule="user", reason="tokens") == 1
+
+
+def test_a_budget_closes_once_usage_times_prices_reaches_it_until_the_period_ends(upstream, prefix) -> None:
+    # R: O2
+    scripted, server = upstream
+    # 10 prompt × $100/M + 5 completion × $200/M = $0.002 a request; $0.003 a day admits two
+    prices = {"scripted-model": {"input_per_million": 100, "output_per_million": 200}}
+    rules = [{"per": "org", "budget": {"usd": 0.003, "period": "day"}}]
+    with running_gateway(limited(server.url, rules, prefix, keys=True, prices=prices)) as gw:
+        statuses = [post(gw, key="k1").status_code, post(gw, key="k3").status_code]
+        refused = post(gw, key="k2")  # acme spent $0.004
+        other_org = post(gw, key="k4")
+
+        assert statuses == [200, 200] and other_org.status_code == 200
+        assert refused.status_code == 429
+        error = refused.json()["error"]
+        assert (error["type"], error["code"]) == ("insufficient_quota", "insufficient_quota")
+        assert error["message"].startswith("budget reached: limit rule 'org' allows $0.003 per day; it opens again in ")
+        now = datetime.now(timezone.utc)
+        to_midnight = 86400 - (now.hour * 3600 + now.minute * 60 + now.second)
+        assert abs(int(refused.headers["retry-after"]) - to_midnight) <= 5
+        spend = [k for k in redis_support.keys(prefix) if ":spend:" in k]
+        assert spend == [f"{prefix}spend:org:acme:{now:%Y-%m-%d}", f"{prefix}spend:org:globex:{now:%Y-%m-%d}"]
+        assert metric(gw.url, "toolgate_requests_limited_total", rule="org", reason="budget") == 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_request_over_the_concurrency_limit_is_refused_until_one_in_flight_ends(upstream, prefix, stream) -> None:
+    # R: O2
+    scripted, server = upstream
+    scripted.push(Reply(content="held answer", hang_stream_after=2) if stream else Reply(content="held", hang=True))
+    with running_gateway(limited(server.url, [{"per": "key", "concurrent": 1}], prefix, keys=True)) as gw:
+        held: list[httpx2.Response] = []
+        thread = threading.Thread(target=lambda: held.append(post(gw, key="k1", stream=stream)))
+        thread.start()
+        try:
+            assert wait_until(lambda: len(scripted.requests) == 1, timeout=10)
+            refused = post(gw, key="k1")
+            other_key = post(gw, key="k2")  # each key has its own slot
+        finally:
+            scripted.release.set()
+            thread.join(30)
+        in_flight = f"{prefix}inflight:key:"
+        assert wait_until(lambda: not [k for k in redis_support.keys(prefix) if k.startswith(in_flight)], timeout=10)
+        again = post(gw, key="k1")
+
+        assert refused.status_code == 429 and refused.json()["error"]["message"].startswith(
+            "rate limit reached: limit rule 'key' allows 1 requests at once")
+        assert refused.headers["retry-after"] == "1"
+        assert other_key.status_code == 200 and held[0].status_code == 200 and again.status_code == 200
+        assert metric(gw.url, "toolgate_requests_limited_total", rule="key", reason="concurrent") == 1
+
+
+@pytest.mark.parametrize(("per", "first", "refused", "admitted"), [
+    ("key", ("k1", "assistant"), ("k1", "assistant"), ("k2", "assistant")),
+    ("user", ("k1", "assistant"), ("k2", "assistant"), ("k3", "assistant")),
+    ("org", ("k1", "assistant"), ("k3", "assistant"), ("k4", "assistant")),
+    ("route", ("k1", "assistant"), ("k4", "assistant"), ("k4", "other")),
+])
+def test_each_rule_counts_its_own_subject(upstream, prefix, per, first, refused, admitted) -> None:
+    # R: O2 -- k1 and k2 are alice's keys at acme, k3 is bob's at acme, k4 carol's at globex
+    scripted, server = upstream
+    with running_gateway(limited(server.url, [{"per": per, "requests_per_minute": 1}], prefix, keys=True)) as gw:
+        statuses = [post(gw, key=k, model=m).status_code for k, m in (first, refused, admitted)]
+
+    assert statuses == [200, 429, 200]
+
+
+def test_a_rule_on_one_route_counts_only_that_routes_requests_per_user(upstream, prefix) -> None:
+    # R: O2
+    scripted, server = upstream
+    rules = [{"per": "user", "route": "other", "requests_per_minute": 1}]
+    with running_gateway(limited(server.url, rules, prefix, keys=True)) as gw:
+        statuses = [post(gw, key=k, model=m).status_code
+                    for k, m in (("k1", "other"), ("k2", "other"), ("k3", "other"), ("k1", "assistant"), ("k1", "assistant"))]
+        unlimited = post(gw, key="k1")
+
+    assert statuses == [200, 429, 200, 200, 200]
+    assert not any(k.startswith("x-ratelimit-") for k in unlimited.headers)  # no rule applies to `assistant`
+
+
+def test_with_redis_unreachable_requests_pass_by_default_counted_and_logged(upstream, prefix) -> None:
+    # R: O2
+    scripted, server = upstream
+    closed_port = f"redis://127.0.0.1:{free_port()}/0"
+    config = limited(server.url, [{"per": "route", "requests_per_minute": 1}], prefix, redis=closed_port)
+    with captured_logs("toolgate.limits") as logs, running_gateway(config) as gw:
+        statuses = [post(gw, api).status_code for api in PATHS]
+        errors = metric(gw.url, "toolgate_limits_redis_errors_total", operation="admit")
+
+    assert statuses == [200, 200, 200]
+    assert errors == 3
+    lines = [json.loads(line)["message"] for line in logs.getvalue().splitlines()]
+    assert any(line.startswith(f"limits: admit failed: Redis at 127.0.0.1:{closed_port.rsplit(':', 1)[1]}") for line in lines), lines
+
+
+def test_with_redis_unreachable_and_on_redis_error_closed_requests_get_503_naming_why(upstream, prefix) -> None:
+    # R: O2
+    scripted, server = upstream
+    config = limited(server.url, [{"per": "route", "requests_per_minute": 100}], prefix,
+                     redis=f"redis://127.0.0.1:{free_port()}/0", on_redis_error="closed")
+    with running_gateway(config) as gw:
+        refused = {api: post(gw, api) for api in PATHS}
+
+    assert {api: r.status_code for api, r in refused.items()} == {"chat": 503, "responses": 503, "messages": 503}
+    error = refused["chat"].json()["error"]
+    assert error["code"] == "limits_unavailable"
+    assert error["message"].startswith("rate limits cannot be checked (Redis at 127.0.0.1:")
+    assert error["message"].endswith("and limits.on_redis_error is 'closed'")
+    assert refused["messages"].json()["error"]["type"] == "api_error"
+    assert scripted.requests == []
+
+
+def test_without_redis_limits_count_in_the_process_and_start_up_warns_they_are_per_replica(upstream, prefix) -> None:
+    # R: O2
+    scripted, server = upstream
+    config = limited(server.url, [{"per": "route", "requests_per_minute": 2}], prefix, redis=None)
+    with captured_logs("toolgate.limits") as logs, running_gateway(config) as gw:
+        statuses = [post(gw, api).status_code for api in PATHS]
+
+    assert statuses == [200, 200, 429]
+    lines = [json.loads(line) for line in logs.getvalue().splitlines()]
+    assert [(line["level"], line["message"]) for line in lines] == [
+        ("warning", "limits: no limits.redis configured: counters are per replica (each replica admits up to each limit on its own)")]
+    assert redis_support.keys(prefix) == []
+
+
+def test_a_limit_of_n_a_minute_across_two_replicas_behind_haproxy_admits_n_not_2n(upstream, prefix) -> None:
+    # R: O2, S2
+    haproxy.require()
+    scripted, server = upstream
+    replicas = []
+    proxy = None
+    try:
+        for i in range(2):
+            config = limited(server.url, [{"per": "route", "requests_per_minute": 4}], prefix)
+            config["routes"][0]["upstream_model"] = f"backend-{i}"
+            replicas.append(ServeProcess(config))
+        for replica in replicas:
+            replica.wait_ready()
+        proxy = haproxy.HaProxy([r.url for r in replicas]).wait_ready()
+        # each request its own conversation: HAProxy hashes X-Conversation-Id over both replicas
+        sent = [post(proxy.url, **{"x-conversation-id": uuid.uuid4().hex}) for _ in range(16)]
+        served = {line.server for line in haproxy.logged(proxy.log_tail(1000)) if line.status in (200, 429)}
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        for replica in replicas:
+            replica.stop()
+
+    assert [r.status_code for r in sent].count(200) == 4
+    assert [r.status_code for r in sent].count(429) == 12
+    assert served == {"gateway-1", "gateway-2"}  # both replicas answered, and counted together
+    assert len(scripted.requests) == 4
