@@ -33,6 +33,7 @@ from gateway.logs import request_id_var
 from gateway.loop import Ending, LoopStats, TurnIO, run_completion, run_stream
 from gateway.plugins import PluginContext
 from gateway.provenance import Provenance
+from gateway.upstream.deployments import CALL_NOTE, CallNote
 
 log = logging.getLogger("toolgate.chat")
 
@@ -112,13 +113,15 @@ class ChatHandler:
         try:
             async with asyncio.timeout(_remaining(ctx)):
                 upstream_body, table = await self._prepare(route, ctx, body)
-                io = self._turn_io(route, ctx, table, frozenset(_client_tool_names(body)))
+                note = CallNote()
+                io = self._turn_io(route, ctx, table, frozenset(_client_tool_names(body)), note)
                 if body.get("stream"):
-                    response = await self._stream(route, ctx, upstream_body, io, translation, record, started)
+                    response = await self._stream(route, ctx, upstream_body, io, translation, record, started, note)
                     streaming = True  # from here on the stream's own cleanup ends the request
                     return response
                 completion, stats = await run_completion(upstream_body, io)
             record.take_usage(completion.get("usage"), stats.tool_calls)
+            record.deployment = note.deployment
             completion["model"] = completion.get("model") or route.config.model
             if stats.tool_calls or stats.cap_reached:
                 completion["toolgate"] = stats.summary()
@@ -147,29 +150,23 @@ class ChatHandler:
             upstream_body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         return upstream_body, table
 
-    def _turn_io(self, route: Route, ctx: PluginContext, table: dict[str, GatewayTool], client_tools: frozenset[str]) -> TurnIO:
-        metrics = self.gw.metrics.upstream_calls
-        name = route.upstream.name
+    def _turn_io(
+        self, route: Route, ctx: PluginContext, table: dict[str, GatewayTool], client_tools: frozenset[str], note: CallNote,
+    ) -> TurnIO:
+        """The loop's I/O. Every upstream call carries the request's `note` (O1: whether its tool
+        calls ran, which deployment answered); the route's deployments count each call."""
 
         async def complete(turn: dict[str, Any]) -> dict[str, Any]:
-            try:
-                result = await route.upstream.complete(turn)
-            except GatewayError as exc:
-                metrics.labels(name, exc.code).inc()
-                raise
-            metrics.labels(name, "ok").inc()
-            return result
+            CALL_NOTE.set(note)
+            return await route.upstream.complete(turn)
 
         async def stream(turn: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
-            try:
-                async for batch in route.upstream.stream(turn):
-                    yield batch
-            except GatewayError as exc:
-                metrics.labels(name, exc.code).inc()
-                raise
-            metrics.labels(name, "ok").inc()
+            CALL_NOTE.set(note)
+            async for batch in route.upstream.stream(turn):
+                yield batch
 
         async def call_tool(exposed: str, arguments: str) -> str:
+            note.tools_ran = True
             return await route.chain.call_tool(ctx, table[exposed], arguments)
 
         async def check_client_calls(calls: list[dict[str, Any]]) -> dict[str, str]:
@@ -180,7 +177,7 @@ class ChatHandler:
 
     async def _stream(
         self, route: Route, ctx: PluginContext, upstream_body: dict[str, Any], io: TurnIO,
-        translation: Translation, record: RequestRecord, started: float,
+        translation: Translation, record: RequestRecord, started: float, note: CallNote,
     ) -> Response:
         stats = LoopStats()
         chunks = run_stream(upstream_body, io, translation.include_usage, stats)
@@ -230,6 +227,7 @@ class ChatHandler:
             await chunks.aclose()
             await route.chain.end_request(ctx)
             record.take_usage(stats.usage, stats.tool_calls)
+            record.deployment = note.deployment
             record.finish(self.gw.metrics, time.perf_counter() - started)
 
         return _CleanStream(sse(), cleanup)

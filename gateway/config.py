@@ -203,11 +203,55 @@ class UpstreamConfig(_Strict):
         return self
 
 
+class DeploymentConfig(_Strict):
+    """One place a route's calls can go (O1): an upstream and the model it is asked for."""
+
+    upstream: str = Field(description="the name of an entry of `upstreams`")
+    model: str = Field(min_length=1, description="the model name sent to that upstream")
+    weight: float = Field(default=1, gt=0, description="share of the route's calls, relative to the other deployments'")
+    timeout_seconds: float | None = Field(
+        default=None, gt=0, description="an answer (a stream: its first chunk) must come within this, else the call is"
+        " retried elsewhere; default: the upstream's own timeout",
+    )
+
+
 class RouteConfig(_Strict):
+    """A model clients ask for. Its calls go to one `upstream` (as `upstream_model`), or are
+    spread over `deployments` (not both); either way failures are retried and cooled down (O1)."""
+
     model: str = Field(min_length=1, description="the model name clients send")
-    upstream: str
+    upstream: str | None = Field(default=None, description="the one upstream (or list `deployments` instead)")
     upstream_model: str | None = Field(default=None, description="model name sent upstream; default: `model`")
+    deployments: list[DeploymentConfig] = Field(
+        default_factory=list, description="several upstream+model pairs the calls are spread over by weight, instead of `upstream`",
+    )
+    retries: int = Field(default=2, ge=0, le=10, description="a 429/5xx/timeout/connection failure is retried on another"
+                         " deployment at most this many times (within server.request_timeout_seconds)")
+    retry_after_tool_calls: bool = Field(
+        default=False, description="also retry (or fall back) an upstream call that follows gateway tool calls of the same request",
+    )
+    cooldown_after_failures: int = Field(default=3, ge=1, description="a deployment failing this many calls in a row cools down")
+    cooldown_seconds: float = Field(default=30, gt=0, description="how long a deployment cools down before one call probes it back")
+    fallbacks: list[str] = Field(
+        default_factory=list, description="models of other routes whose deployments are tried, in order, when this route's"
+        " are exhausted, or at once on a context-window error",
+    )
     plugins: list[PluginConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "RouteConfig":
+        if (self.upstream is None) == (not self.deployments):
+            raise ValueError("give either 'upstream' (one upstream) or 'deployments' (a list), not both and not neither")
+        if self.deployments and self.upstream_model is not None:
+            raise ValueError("'upstream_model' goes with 'upstream'; each deployment names its own 'model'")
+        return self
+
+    def deployment_list(self) -> list[DeploymentConfig]:
+        """The route's deployments; the single-upstream form is one deployment of weight 1."""
+        if self.deployments:
+            return self.deployments
+        assert self.upstream is not None
+        return [DeploymentConfig(upstream=self.upstream, model=self.upstream_model or self.model)]
 
 
 class Config(_Strict):
@@ -248,11 +292,16 @@ def reference_problems(data: Any) -> list[tuple[str, str]]:
             problems.append((f"routes.{i}.model", f"route model {route['model']!r} is used more than once"))
         if isinstance(route.get("upstream"), str) and route["upstream"] not in names:
             problems.append((f"routes.{i}.upstream", f"names upstream {route['upstream']!r}, which is not defined in 'upstreams'"))
+        for j, deployment in _entries(route, "deployments"):
+            if isinstance(deployment.get("upstream"), str) and deployment["upstream"] not in names:
+                problems.append((f"routes.{i}.deployments.{j}.upstream",
+                                 f"names upstream {deployment['upstream']!r}, which is not defined in 'upstreams'"))
         plugins = _entries(route, "plugins")
         ids = [plugin_id(p) for _, p in plugins]
         for j, plugin in plugins:
             if plugin_id(plugin) in duplicates(ids):
                 problems.append((f"routes.{i}.plugins.{j}.id", f"plugin id {plugin_id(plugin)!r} is used more than once in this chain"))
+    problems += fallback_problems(routes)
     problems += limits_problems(data)
     server = data.get("server") if isinstance(data, dict) else None
     auth = data.get("auth") if isinstance(data, dict) else None
@@ -263,6 +312,57 @@ def reference_problems(data: Any) -> list[tuple[str, str]]:
         if not is_loopback(server["host"]) and server.get("allow_remote_without_auth") is not True:
             problems.append(("server.host", remote_without_auth(server["host"])))
     return problems
+
+
+def fallback_problems(routes: list[tuple[int, dict[str, Any]]]) -> list[tuple[str, str]]:
+    """Fallbacks (O1) that name no route, or that lead back to the route they start from."""
+    problems: list[tuple[str, str]] = []
+    graph: dict[str, list[str]] = {}
+    for _, route in routes:
+        fallbacks = route.get("fallbacks")
+        if isinstance(route.get("model"), str) and isinstance(fallbacks, list):
+            graph[route["model"]] = [f for f in fallbacks if isinstance(f, str)]
+    for i, route in routes:
+        fallbacks = route.get("fallbacks")
+        if not isinstance(route.get("model"), str) or not isinstance(fallbacks, list):
+            continue
+        for k, name in enumerate(fallbacks):
+            if isinstance(name, str) and name not in graph and name not in {r.get("model") for _, r in routes}:
+                problems.append((f"routes.{i}.fallbacks.{k}", f"names route {name!r}, which is not defined in 'routes'"))
+        cycle = _cycle_from(route["model"], graph)
+        if cycle:
+            problems.append((f"routes.{i}.fallbacks", "fallbacks lead back to this route: " + " -> ".join(cycle)))
+    return problems
+
+
+def _cycle_from(start: str, graph: dict[str, list[str]]) -> list[str] | None:
+    """A path of fallbacks from `start` back to `start`, if there is one."""
+    stack: list[tuple[str, list[str]]] = [(start, [start])]
+    seen: set[str] = set()
+    while stack:
+        node, path = stack.pop()
+        for nxt in graph.get(node, []):
+            if nxt == start:
+                return path + [nxt]
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append((nxt, path + [nxt]))
+    return None
+
+
+def fallback_order(model: str, routes: dict[str, list[str]]) -> list[str]:
+    """The routes `model` falls back to, in the order tried: each listed fallback, followed by
+    its own fallbacks (depth first), each route once and never `model` itself."""
+    order: list[str] = []
+
+    def visit(name: str) -> None:
+        for nxt in routes.get(name, []):
+            if nxt != model and nxt not in order and nxt in routes:
+                order.append(nxt)
+                visit(nxt)
+
+    visit(model)
+    return order
 
 
 def is_loopback(host: str) -> bool:

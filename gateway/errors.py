@@ -110,6 +110,11 @@ class PayloadTooLarge(GatewayError):
 class UpstreamRateLimited(GatewayError):
     status, type, code = 429, "rate_limit_error", "upstream_rate_limited"
 
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        """Seconds the upstream asked to wait (its `Retry-After`), if it said: the deployment cools down that long (O1)."""
+
 
 class RateLimited(GatewayError):
     """A limit of `limits:` refused the request (O2): 429 with `Retry-After` and the
@@ -142,6 +147,13 @@ class UpstreamBadRequest(GatewayError):
     def __init__(self, message: str, *, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+class ContextWindowExceeded(UpstreamBadRequest):
+    """The upstream refused the request as longer than its model's context window: a route's
+    fallbacks are tried at once (O1); without one, the client gets this 400."""
+
+    code = "context_length_exceeded"
 
 
 class GuardBlocked(GatewayError):

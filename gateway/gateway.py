@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
+from random import Random
 
 import httpx2
 
 from gateway.auth import Authenticator
 from gateway.chain import Chain
-from gateway.config import Config, RouteConfig, UpstreamConfig
+from gateway.config import Config, RouteConfig, UpstreamConfig, fallback_order
 from gateway.limits.gate import build_limits
 from gateway.metrics import GatewayMetrics
 from gateway.plugins import PluginEnv
 from gateway.registry import build_plugin
 from gateway.secrets import SecretSet, resolve_secret
 from gateway.upstream.base import Upstream
+from gateway.upstream.breaker import Breaker
+from gateway.upstream.deployments import Deployment, Deployments, Pool
 from gateway.upstream.inspect import InspectUpstream
 from gateway.upstream.litellm_upstream import LiteLLMUpstream, import_litellm
 from gateway.upstream.openai_compat import OpenAICompatUpstream
@@ -42,11 +46,24 @@ def _upstream(config: UpstreamConfig, base: Config, http: httpx2.AsyncClient, se
     return InspectUpstream(config.name)
 
 
+def _deployments(route: RouteConfig, upstreams: dict[str, Upstream], metrics: GatewayMetrics, random: Callable[[], float]) -> Deployments:
+    """The route's `Upstream`: its deployments (one for the single-upstream form), with breakers (O1)."""
+    pool = Pool(route.model, [
+        Deployment(upstreams[d.upstream], d.model, d.weight, d.timeout_seconds,
+                   Breaker(route.cooldown_after_failures, route.cooldown_seconds))
+        for d in route.deployment_list()
+    ], route.retries)
+    return Deployments(pool, metrics.upstream_calls, retry_after_tool_calls=route.retry_after_tool_calls, random=random)
+
+
 class Gateway:
     """Everything a request needs, built once at start-up (secrets resolved here)."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, random: Callable[[], float] | None = None) -> None:
+        """`random`: the draws that spread calls over a route's deployments (default: a fresh
+        `random.Random()`; a seeded one makes the spread repeatable)."""
         self.config = config
+        random = random or Random().random
         self.secrets = SecretSet()
         self.metrics = GatewayMetrics(user_labels=config.server.metrics_user_labels)
         self.http = httpx2.AsyncClient(
@@ -61,8 +78,12 @@ class Gateway:
         self.limits = build_limits(config.limits, config.base_dir, self.secrets, self.metrics.registry,
                                    hold_seconds=config.server.request_timeout_seconds + 60)
         upstreams = {u.name: _upstream(u, config, self.http, self.secrets) for u in config.upstreams}
+        composites = {r.model: _deployments(r, upstreams, self.metrics, random) for r in config.routes}
+        fallbacks = {r.model: r.fallbacks for r in config.routes}
+        for model, composite in composites.items():
+            composite.fallbacks = [composites[f].pool for f in fallback_order(model, fallbacks)]
         self.routes: dict[str, Route] = {
-            r.model: Route(r, upstreams[r.upstream], Chain(r.model, [build_plugin(p) for p in r.plugins], self.metrics))
+            r.model: Route(r, composites[r.model], Chain(r.model, [build_plugin(p) for p in r.plugins], self.metrics))
             for r in config.routes
         }
 

@@ -59,7 +59,9 @@ class GatewayMetrics:
             ["route", "user", "kind"],
         )
         self.upstream_calls = metric(
-            self.registry, Counter, "toolgate_upstream_calls", "Upstream model calls by upstream and outcome", ["upstream", "outcome"],
+            self.registry, Counter, "toolgate_upstream_calls",
+            "Upstream model calls (each retry one more) by upstream, deployment (upstream/model) and outcome",
+            ["upstream", "deployment", "outcome"],
         )
         self.tool_calls = metric(
             self.registry, Counter, "toolgate_tool_calls", "Gateway tool calls by plugin node and status", ["server", "status"],

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from gateway.errors import (
+    ContextWindowExceeded,
     GatewayError,
     UpstreamBadRequest,
     UpstreamError,
@@ -48,14 +50,35 @@ def upstream_message(raw: bytes) -> str:
     return "no details"
 
 
-def error_for_status(upstream: str, status: int, raw: bytes) -> GatewayError:
+CONTEXT_WINDOW = re.compile(
+    r"context[ _-]?(length|window)|maximum context|too many tokens|prompt is too long|input is too long", re.IGNORECASE
+)
+"""How OpenAI (`context_length_exceeded`), vLLM, llama.cpp, Anthropic and Ollama word a request
+longer than the model's context window."""
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A `Retry-After` header given in seconds, or None (absent, an HTTP date, or nonsense)."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds <= 3600 else None
+
+
+def error_for_status(upstream: str, status: int, raw: bytes, retry_after: str | None = None) -> GatewayError:
     """Map an upstream HTTP error status to the gateway's error (G5): 429 stays 429, the
-    request's own faults keep their 4xx, credentials and 5xx become 502."""
+    request's own faults keep their 4xx (a context-window one is `ContextWindowExceeded`, which
+    a route's fallbacks answer, O1), credentials and 5xx become 502."""
     detail = upstream_message(raw)
     if status == 429:
-        return UpstreamRateLimited(f"upstream '{upstream}' is rate limiting requests: {detail}")
+        return UpstreamRateLimited(f"upstream '{upstream}' is rate limiting requests: {detail}",
+                                   retry_after=retry_after_seconds(retry_after))
     if status in (401, 403):
         return UpstreamError(f"upstream '{upstream}' refused the gateway's credentials (HTTP {status})")
+    if status in (400, 413) and (CONTEXT_WINDOW.search(detail) or b"context_length_exceeded" in raw):
+        return ContextWindowExceeded(f"upstream '{upstream}' rejected the request as longer than its context window: {detail}",
+                                     status=400)
     if status in (400, 404, 413, 422):
         return UpstreamBadRequest(f"upstream '{upstream}' rejected the request (HTTP {status}): {detail}", status=400 if status == 404 else status)
     return UpstreamError(f"upstream '{upstream}' failed (HTTP {status}): {detail}")

@@ -6,7 +6,7 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gateway.errors import GatewayError, UpstreamBadRequest, UpstreamError, UpstreamRateLimited, UpstreamTimeout
+from gateway.errors import ContextWindowExceeded, GatewayError, UpstreamBadRequest, UpstreamError, UpstreamRateLimited, UpstreamTimeout
 from gateway.upstream.base import check_chunk, check_completion
 
 
@@ -37,6 +37,8 @@ class LiteLLMUpstream:
             return UpstreamTimeout(f"upstream '{self.name}' did not answer within {self._timeout:g}s")
         if status == 429:
             return UpstreamRateLimited(f"upstream '{self.name}' is rate limiting requests")
+        if "ContextWindowExceeded" in kind:
+            return ContextWindowExceeded(f"upstream '{self.name}' rejected the request as longer than its context window", status=400)
         if status in (400, 413, 422):
             return UpstreamBadRequest(f"upstream '{self.name}' rejected the request (HTTP {status})", status=status)
         if "Connection" in kind:

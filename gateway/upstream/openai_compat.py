@@ -48,7 +48,7 @@ class OpenAICompatUpstream:
         except httpx2.HTTPError as exc:
             raise self._transport_error(exc) from None
         if response.status_code >= 400:
-            raise error_for_status(self.name, response.status_code, response.content)
+            raise error_for_status(self.name, response.status_code, response.content, response.headers.get("retry-after"))
         try:
             data = json.loads(response.content)
         except ValueError:
@@ -72,7 +72,7 @@ class OpenAICompatUpstream:
             raise self._transport_error(exc) from None
         try:
             if response.status_code >= 400:
-                raise error_for_status(self.name, response.status_code, await response.aread())
+                raise error_for_status(self.name, response.status_code, await response.aread(), response.headers.get("retry-after"))
             events = SseEvents()
             async for data in response.aiter_bytes():
                 # read on past [DONE] to the end of the body, so the connection is kept alive

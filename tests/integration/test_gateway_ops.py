@@ -40,7 +40,7 @@ def test_health_readiness_and_metrics(upstream: ScriptedUpstream) -> None:
     assert health.json() == {"status": "ok"}
     assert ready.status_code == 200 and ready.json() == {"status": "ready", "routes": 1}
     assert 'toolgate_requests_total{route="assistant",status="200"} 1.0' in metrics
-    assert 'toolgate_upstream_calls_total{outcome="ok",upstream="scripted"} 1.0' in metrics
+    assert 'toolgate_upstream_calls_total{deployment="scripted/scripted-model",outcome="ok",upstream="scripted"} 1.0' in metrics
     assert 'toolgate_request_seconds_count{route="assistant"} 1.0' in metrics
 
 

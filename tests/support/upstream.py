@@ -39,6 +39,8 @@ class Reply:
     hang: bool = False
     cut_stream_after: int | None = None
     hang_stream_after: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    """Response headers of an error reply (e.g. `Retry-After` on a 429)."""
     extra_events: list[Any] = field(default_factory=list)
     """Stream only: sent after the first content chunk: a dict as a `data:` event, a string as it is."""
 
@@ -97,7 +99,8 @@ class ScriptedUpstream:
         if reply.raw is not None:
             return Response(reply.raw, status_code=reply.status, media_type="application/json")
         if reply.status >= 400:
-            return JSONResponse({"error": {"message": reply.error_message, "type": "scripted"}}, status_code=reply.status)
+            return JSONResponse({"error": {"message": reply.error_message, "type": "scripted"}}, status_code=reply.status,
+                                headers=reply.headers)
         if body.get("stream"):
             return StreamingResponse(self._sse(body, reply, turn), media_type="text/event-stream")
         prompt, completion = reply.usage
