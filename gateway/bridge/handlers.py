@@ -29,6 +29,7 @@ from gateway.bridge.store import BridgeStore
 from gateway.bridge.upstream import UpstreamCallFailed, Upstreams
 from gateway.metrics import metric
 from gateway.secrets import SecretSet
+from gateway.tracing import record_tool_result, span
 
 log = logging.getLogger("toolgate.bridge.handlers")
 
@@ -81,8 +82,10 @@ class BridgeHandlers:
     ) -> types.CallToolResult:
         """Call a pipeline or a federated tool; always returns a result and always audits. What the
         connection of a federated tool sends meanwhile is relayed to `downstream` (F14)."""
-        with self._gate.caller(caller_key(scope.identity)):
-            return await self._call_tool(scope, name, arguments, downstream)
+        with self._gate.caller(caller_key(scope.identity)), span("bridge tools/call", {"gen_ai.tool.name": name}) as current:
+            result = await self._call_tool(scope, name, arguments, downstream)
+            record_tool_result(current, result.is_error)
+            return result
 
     async def _list_tools(self, scope: CallerScope) -> list[types.Tool]:
         tools = await self._federation.tools(scope)  # scrubbed of secrets where listed (Upstreams.catalog)

@@ -18,6 +18,7 @@ import mcp_types as types
 
 from gateway.bridge.graph import Edge, Graph, Node, Pipeline
 from gateway.bridge.limits import BridgeLimits, OverLimit, Size, measure, object_size
+from gateway.tracing import span
 
 log = logging.getLogger("toolgate.bridge.runner")
 
@@ -141,7 +142,9 @@ async def _run_wave(wave: list[Node], values: "_Values", call: ToolCaller) -> No
     async def one(node: Node) -> None:
         nonlocal held
         try:
-            result = await call(node.connectionId or "", node.tool or "", prepared[node.id][0])
+            attributes = {"toolgate.bridge.node": node.id, "toolgate.bridge.connection": node.connectionId or "", "gen_ai.tool.name": node.tool or ""}
+            with span(f"pipeline node {node.id}", attributes):  # O3
+                result = await call(node.connectionId or "", node.tool or "", prepared[node.id][0])
         except OverLimit as exc:  # the Bridge's own bound (a result cut at resultBytes): its words are shown
             raise node_failed(node, str(exc)) from None
         except Exception as exc:

@@ -14,9 +14,11 @@ import logging
 import secrets
 import time
 from pathlib import Path
+from typing import Any
 
 from gateway.content import message_text
 from gateway.errors import GuardBlocked
+from gateway.tracing import NO_SPAN, span
 from gateway.plugins import (
     AnswerFilter, ChatRequest, ChatResponse, Hold, InspectItem, Plugin, PluginContext, PluginEnv, ToolCall,
 )
@@ -108,9 +110,15 @@ class PromptGuardPlugin(Plugin):
         self._metrics = guard_metrics(env.metrics)
 
     async def inspect(self, ctx: PluginContext, item: InspectItem) -> None:
-        """Score one item; raise `GuardBlocked` in enforce mode when it is blocked."""
+        """Score one item; raise `GuardBlocked` in enforce mode when it is blocked. A span (O3)
+        carries the verdict, the score and the kind of source, never the text."""
+        attributes = {"toolgate.plugin": self.id, "toolgate.guard.source_kind": item.kind, "toolgate.mcp.server": item.server}
+        with span("guard scan", attributes) as current:
+            await self._inspect(ctx, item, current)
+
+    async def _inspect(self, ctx: PluginContext, item: InspectItem, current: Any) -> None:
         if any(entry.covers(item.server, item.source) for entry in self.config.allow):
-            self._count("allow", item.kind)
+            self._count("allow", item.kind, current)
             return
         started = time.perf_counter()
         guard = self.guard
@@ -120,18 +128,19 @@ class PromptGuardPlugin(Plugin):
             verdict = guard.scan(item.text)
         if self._metrics is not None:
             self._metrics.latency.labels(self.id).observe(time.perf_counter() - started)
+        current.set_attribute("toolgate.guard.score", float(verdict.score))
         if not verdict.blocked:
-            self._count("allow", item.kind)
+            self._count("allow", item.kind, current)
             return
         enforce = self.config.mode == "enforce"
         firewall = self.config.firewall
         if enforce and firewall.enabled and item.kind != "client_message" and verdict.score < firewall.block_threshold:
             # T6: below the refusal threshold the item taints the rest of the request instead
             ctx.provenance.flag(item.server, item.source, verdict.score)
-            self._count("flag", item.kind)
+            self._count("flag", item.kind, current)
             self._log(ctx, item, verdict, "flag")
             return
-        self._count("block" if enforce else "monitor_block", item.kind)
+        self._count("block" if enforce else "monitor_block", item.kind, current)
         self._log(ctx, item, verdict, "block" if enforce else "monitor_block")
         if enforce:
             raise GuardBlocked(
@@ -150,7 +159,8 @@ class PromptGuardPlugin(Plugin):
                         await self.inspect(ctx, InspectItem("client_message", "client", str(role), text))
         return request
 
-    def _count(self, verdict: str, kind: str) -> None:
+    def _count(self, verdict: str, kind: str, current: Any = NO_SPAN) -> None:
+        current.set_attribute("toolgate.guard.verdict", verdict)
         self.counts[verdict] = self.counts.get(verdict, 0) + 1
         if self._metrics is not None:
             self._metrics.verdicts.labels(self.id, verdict, kind).inc()
