@@ -103,28 +103,18 @@ class Deployments:
         self.clock = clock
         """Seconds on a monotonic scale, for the breakers' cool-downs (tests drive it)."""
 
-    def _retry_allowed(self) -> bool:
+    def retry_allowed(self) -> bool:
+        """May this call be retried or fall back? Not after the request's tool calls ran, unless
+        `retry_after_tool_calls`."""
         note = CALL_NOTE.get()
         return note is None or not note.tools_ran or self.retry_after_tool_calls
 
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        return await self._run(body, lambda d, b: self._complete_on(d, b))
-
-    async def _complete_on(self, deployment: Deployment, body: dict[str, Any]) -> dict[str, Any]:
-        if deployment.timeout_seconds is None:
-            return await deployment.upstream.complete(body)
-        try:
-            async with asyncio.timeout(deployment.timeout_seconds):
-                return await deployment.upstream.complete(body)
-        except TimeoutError:
-            raise _timed_out(deployment) from None
-
-    async def _run(self, body: dict[str, Any], call: Callable[[Deployment, dict[str, Any]], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
         last: GatewayError | None = None
         plan = _Plan(self)
         while (deployment := plan.next()) is not None:
             try:
-                result = await self._guarded(deployment, call(deployment, {**body, "model": deployment.model}))
+                result = await self._guarded(deployment, self._complete_on(deployment, {**body, "model": deployment.model}))
             except ContextWindowExceeded as exc:
                 last = exc
                 plan.next_pool()
@@ -134,8 +124,17 @@ class Deployments:
                 continue
             self._answered(deployment)
             return result
-        assert last is not None
+        assert last is not None  # a plan always holds at least one deployment
         raise last
+
+    async def _complete_on(self, deployment: Deployment, body: dict[str, Any]) -> dict[str, Any]:
+        if deployment.timeout_seconds is None:
+            return await deployment.upstream.complete(body)
+        try:
+            async with asyncio.timeout(deployment.timeout_seconds):
+                return await deployment.upstream.complete(body)
+        except TimeoutError:
+            raise _timed_out(deployment) from None
 
     async def _guarded(self, deployment: Deployment, work: Awaitable[Any]) -> Any:
         """Run one attempt, feeding its outcome to the breaker and the metric."""
@@ -215,6 +214,9 @@ class Deployments:
             if isinstance(exc, RETRIABLE):
                 deployment.breaker.failed(self.clock())
             raise
+        except BaseException:  # the client left mid-stream: no verdict on the deployment
+            deployment.breaker.abandoned()
+            raise
         finally:
             await _close(batches)
         self._answered(deployment)
@@ -229,7 +231,7 @@ class _Plan:
 
     def __init__(self, owner: Deployments) -> None:
         self._owner = owner
-        self._retry = owner._retry_allowed()
+        self._retry = owner.retry_allowed()
         self._pools = [owner.pool] + (owner.fallbacks if self._retry else [])
         self._index = 0
         self._tried: set[int] = set()

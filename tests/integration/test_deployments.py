@@ -180,6 +180,18 @@ def test_retries_stop_at_the_routes_retries(ups: dict[str, ScriptedUpstream]) ->
     assert [len(ups[n].requests) for n in "abc"] == [1, 1, 0]
 
 
+def test_retries_end_with_the_requests_budget(ups: dict[str, ScriptedUpstream]) -> None:
+    # R: O1
+    ups["a"].push(Reply(hang=True))
+    route = {"model": "assistant", "deployments": [deployment("a"), deployment("b")]}
+    data = config(ups, [route], server={"metrics_public": True, "request_timeout_seconds": 1})
+    with gateway(data) as gw:
+        with pytest.raises(openai.APIStatusError) as caught:
+            ask(gw)
+    assert caught.value.status_code == 504 and "server.request_timeout_seconds (1s)" in caught.value.message
+    assert (asked(ups["a"]), ups["b"].requests) == (["model-a"], [])
+
+
 def test_a_stream_that_fails_before_its_first_chunk_is_retried(ups: dict[str, ScriptedUpstream]) -> None:
     # R: O1
     ups["a"].push(Reply(content="never sent", cut_stream_after=0))
