@@ -170,18 +170,24 @@ def create_app(config: Config) -> FastAPI:
             if bridge is not None:
                 await bridge.start()
         except BaseException:  # what did start (plugins, the HTTP client) is closed before failing
-            await gateway.stop()
+            try:
+                await gateway.stop()
+            finally:
+                if tracing is not None:
+                    await tracing.shutdown()
             raise
         gateway.ready = True
         try:
             yield
         finally:
             gateway.ready = False
-            if bridge is not None:
-                await bridge.stop()
-            await gateway.stop()
-            if tracing is not None:
-                await tracing.shutdown()
+            try:
+                if bridge is not None:
+                    await bridge.stop()
+                await gateway.stop()
+            finally:  # the spans of the last requests are exported whatever stopping raised
+                if tracing is not None:
+                    await tracing.shutdown()
 
     app = FastAPI(title="toolgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.gateway = gateway

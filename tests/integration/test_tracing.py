@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import openai
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -241,3 +242,32 @@ def test_guard_verdicts_are_spans_with_verdict_score_and_source_kind_but_no_text
     assert verdicts == [("client_message", "monitor_block"), ("tool_result", "allow")]
     assert all(isinstance(s.attributes["toolgate.guard.score"], float) for s in scans)
     assert "previous instructions" not in repr([s.attributes for s in receiver.snapshot()])
+
+
+# R: O3
+def test_a_failing_model_call_is_an_error_span_with_the_error_type_and_no_error_text(
+    upstream: ScriptedUpstream, state: McpServerState, mcp_server: ServerThread, receiver: OtlpReceiver
+) -> None:
+    upstream.push(Reply(status=500, error_message="upstream exploded while reading the secret plan"))
+    with running_gateway(config(upstream, mcp_server, receiver)) as gw:
+        with pytest.raises(openai.InternalServerError):
+            client(gw, traceparent=TRACEPARENT).chat.completions.create(model="assistant", messages=[{"role": "user", "content": "hi"}])
+    spans = receiver.snapshot()
+    call, server = one(spans, "chat scripted-model"), one(spans, "POST /v1/chat/completions")
+    assert (call.status_code, call.attributes["error.type"]) == (2, "bad_gateway")
+    assert (server.status_code, server.attributes["http.response.status_code"]) == (2, 502)
+    assert "secret plan" not in repr([s.attributes for s in spans])
+
+
+# R: O3
+def test_a_client_trace_that_is_not_sampled_exports_nothing_but_is_still_passed_on(
+    upstream: ScriptedUpstream, state: McpServerState, mcp_server: ServerThread, receiver: OtlpReceiver
+) -> None:
+    unsampled = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-00"
+    upstream.push(Reply(tool_calls=[("echo", {"text": "x"})]), Reply(content="done"))
+    with running_gateway(config(upstream, mcp_server, receiver)) as gw:
+        client(gw, traceparent=unsampled).chat.completions.create(model="assistant", messages=[{"role": "user", "content": "hi"}])
+    assert receiver.snapshot() == []
+    passed = [parent_of(h.get("traceparent")) for h in upstream.headers] + [parent_of(p) for p in state.trace_parents]
+    assert {trace for trace, _ in passed} == {CLIENT_TRACE} and len(passed) == 3
+    assert all(h["traceparent"].endswith("-00") for h in upstream.headers)
