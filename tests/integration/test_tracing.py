@@ -225,6 +225,7 @@ async def test_a_bridge_pipeline_call_traces_the_bridge_call_each_node_and_its_m
     mcp_calls = {s.name: s for s in spans if s.name.startswith("tools/call ")}
     assert {name: s.parent_span_id for name, s in mcp_calls.items()} == {
         "tools/call slow_a": nodes[0].span_id, "tools/call slow_b": nodes[1].span_id}
+    assert {s.attributes["toolgate.mcp.server"] for s in mcp_calls.values()} == {"alice/tools"}  # the connection, owner/id
 
 
 # R: O3
