@@ -81,8 +81,7 @@ class ChatHandler:
         finally:
             if not streaming:  # a stream counts itself when it ends
                 record.finish(self.gw.metrics, time.perf_counter() - started)
-                with anyio.CancelScope(shield=True):  # charge tokens and spend, free its slots (O2)
-                    await request.scope.get(ADMISSION_KEY, UNLIMITED).end_of(record)
+                request.scope.get(ADMISSION_KEY, UNLIMITED).end_soon(record)  # charge tokens and spend, free its slots (O2)
 
     async def _serve(self, request: Request, dialect: Dialect, record: RequestRecord, started: float) -> Response:
         authorization_of(request.headers)  # two or more Authorization headers: 401, whichever the dialect reads

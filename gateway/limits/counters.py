@@ -15,6 +15,10 @@ from typing import Protocol
 from gateway.limits.buckets import Check, Outcome, budget_check, concurrency_check, gcra_charge, gcra_check, gcra_take
 
 
+PRUNE_AT = 10_000
+"""In-process buckets kept before the full ones (nothing taken within their period) are dropped."""
+
+
 @dataclass(frozen=True)
 class Charge:
     """Units a finished request used against one check: tokens, or US dollars for a budget."""
@@ -75,6 +79,8 @@ class MemoryCounters:
                 outcome = concurrency_check(len(slots), check.limit)
             outcomes.append(outcome)
         if all(o.allowed for o in outcomes):
+            if len(self._tat) > PRUNE_AT:  # buckets full again hold nothing worth keeping
+                self._tat = {key: tat for key, tat in self._tat.items() if tat > now}
             self._tat.update(taken)
             for check in checks:
                 if check.kind == "concurrent":

@@ -9,13 +9,15 @@ the request pass (counted in `toolgate_limits_redis_errors_total`, logged), `clo
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 from prometheus_client import CollectorRegistry, Counter
@@ -124,6 +126,13 @@ class Admission:
         if not self.ended:
             await self.end(record.prompt_tokens, record.completion_tokens, getattr(record, "deployment", None))
 
+    def end_soon(self, record: RequestRecord) -> None:
+        """`end_of(record)` in a task of its own, so a JSON answer goes out without waiting for the
+        counters' second round trip (the charge lands before the client's next request can arrive
+        but is not awaited; `Limits.close` waits for what is pending)."""
+        if not self.ended and self.limits is not None:
+            self.limits.in_background(self.end_of(record))
+
 
 UNLIMITED = Admission(ended=True)
 """The admission of every request when no `limits:` are configured (nothing to charge or free)."""
@@ -140,6 +149,7 @@ class Limits:
         self.clock = clock
         self._rules = {rule.label: rule for rule in config.rules} if config else {}
         self._last_logged = -math.inf
+        self._pending: set[asyncio.Task[None]] = set()
         self.limited = metric(registry, Counter, "toolgate_requests_limited",
                               "Requests refused for a limit of `limits:` by rule and reason (requests, tokens, concurrent, budget)",
                               ["rule", "reason"])
@@ -161,7 +171,16 @@ class Limits:
                 log.warning("limits: %s; requests %s until it answers", exc,
                             "pass unlimited" if self.config.on_redis_error == "open" else "are refused (503)")
 
+    def in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` (a settlement) as a task, held until it ends so it is neither collected nor lost at shutdown."""
+        task = asyncio.ensure_future(work)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
     async def close(self) -> None:
+        """Wait (at most 5 s) for pending settlements, then close the counters."""
+        if self._pending:
+            await asyncio.wait(list(self._pending), timeout=5)
         if self.counters is not None:
             await self.counters.close()
 

@@ -48,3 +48,10 @@ def clean(prefix: str) -> None:
         found = list(client.scan_iter(match=prefix + "*", count=1000))
         if found:
             client.delete(*found)
+
+
+def value(key: str) -> str | None:
+    """The string at `key` now (None when there is none)."""
+    with redis.Redis.from_url(URL) as client:
+        found = client.get(key)
+    return found.decode() if found is not None else None

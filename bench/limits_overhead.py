@@ -1,0 +1,120 @@
+"""What rate limits add to the empty-chain path (O2: ≤ 0.2 ms added p50 with Redis limits on), in one run.
+
+    .venv/bin/python bench/limits_overhead.py [--requests 2000] [--no-write]
+
+Four `toolgate serve` processes in front of one stub upstream (bench/stub.py), differing only in
+`limits:`: none; one requests-per-minute rule on Redis (one Lua round trip at admission); every
+kind of limit on Redis (requests, tokens, concurrency and a budget: a second round trip when the
+request ends, to charge and free); and the same rules counted in the process (no `limits.redis`).
+Requests go at concurrency 1, the four gateways interleaved in blocks of 20 so drift on a shared
+machine hits all alike (bench/overhead.py's `serial`). The limits are high enough never to refuse.
+Redis is the machine's (127.0.0.1:6379), under a key prefix of this run, deleted after. Writes
+its table between `<!-- limits-overhead:start/end -->` in bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.overhead import CHAT, serial  # noqa: E402
+from bench.procs import Proc, free_port, machine, write_section  # noqa: E402
+
+REDIS = "redis://127.0.0.1:6379/0"
+RPM = [{"per": "route", "requests_per_minute": 10_000_000}]
+EVERY = [{"per": "key", "requests_per_minute": 10_000_000, "tokens_per_minute": 1_000_000_000, "concurrent": 10_000},
+         {"per": "route", "budget": {"usd": 1_000_000, "period": "day"}}]
+PRICES = {"stub": {"input_per_million": 0.4, "output_per_million": 1.6}}
+CONFIGS: dict[str, dict[str, Any] | None] = {
+    "limits off": None,
+    "Redis: requests/min": {"redis": REDIS, "rules": RPM},
+    "Redis: requests, tokens, concurrent, budget": {"redis": REDIS, "rules": EVERY, "prices": PRICES},
+    "in-process: requests, tokens, concurrent, budget": {"rules": EVERY, "prices": PRICES},
+}
+
+
+def config(stub: str, limits: dict[str, Any] | None, prefix: str) -> dict[str, Any]:
+    found: dict[str, Any] = {
+        "server": {"log_level": "error"}, "auth": {"mode": "none"},
+        "upstreams": [{"name": "stub", "kind": "openai", "api_base": f"{stub}/v1"}],
+        "routes": [{"model": "bench", "upstream": "stub", "upstream_model": "stub"}],
+    }
+    if limits is not None:
+        found["limits"] = {**limits, "key_prefix": prefix}
+    return found
+
+
+def clean(prefix: str) -> None:
+    with redis.Redis.from_url(REDIS) as client:
+        found = list(client.scan_iter(match=prefix + "*", count=1000))
+        if found:
+            client.delete(*found)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    python = sys.executable
+    tmp = Path(tempfile.mkdtemp(prefix="toolgate-bench-limits-"))
+    prefix = f"toolgate-bench-{secrets.token_hex(4)}:"
+    procs: list[Proc] = []
+    try:
+        port = free_port()
+        stub = Proc([python, "-m", "uvicorn", "--factory", "bench.stub:create_app", "--port", str(port), "--log-level", "warning"],
+                    f"http://127.0.0.1:{port}", "/health").start()
+        procs.append(stub)
+        targets = []
+        for i, (name, limits) in enumerate(CONFIGS.items()):
+            path = tmp / f"gw{i}.yaml"
+            path.write_text(yaml.safe_dump(config(stub.url, limits, prefix)))
+            gport = free_port()
+            gw = Proc([python, "-m", "gateway.cli", "serve", "--config", str(path), "--port", str(gport)],
+                      f"http://127.0.0.1:{gport}", "/readyz").start()
+            procs.append(gw)
+            targets.append((name, gw.url + "/v1/chat/completions", {"authorization": "Bearer sk-bench"}, CHAT))
+        samples = asyncio.run(serial(targets, False, args.requests))
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+        clean(prefix)
+    medians = {name: statistics.median(totals) * 1000 for name, (_, totals) in samples.items()}
+    p95s = {name: sorted(totals)[int(len(totals) * 0.95)] * 1000 for name, (_, totals) in samples.items()}
+    table = render(medians, p95s, args.requests)
+    print(table)
+    if not args.no_write:
+        write_section("limits-overhead", table)
+    return 0
+
+
+def render(medians: dict[str, float], p95s: dict[str, float], n: int) -> str:
+    base = medians["limits off"]
+    lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}; loopback, Redis "
+             f"{redis_version()} on the same machine; {n} non-streaming chat requests per gateway at c=1 (gateways "
+             "interleaved in blocks of 20), empty chain, stub upstream.", "",
+             "| gateway | p50 | added p50 | p95 |", "|---|---|---|---|"]
+    for name, median in medians.items():
+        added = "—" if name == "limits off" else f"{median - base:+.3f} ms"
+        lines.append(f"| {name} | {median:.3f} ms | {added} | {p95s[name]:.3f} ms |")
+    return "\n".join(lines)
+
+
+def redis_version() -> str:
+    with redis.Redis.from_url(REDIS) as client:
+        return str(client.info("server")["redis_version"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
