@@ -12,8 +12,9 @@ before every other one, for a batch that was taken before the spooled records we
   go to a new segment after a restart, never after a torn line.
 - **Bounded**: the segment files together stay within `max_bytes`; records that do not fit are
   returned to the caller (which counts and logs them as dropped, `spool_full`).
-- **One writer**: one process (one replica) owns a folder; all calls come from its event loop
-  thread (audit.py), so there is no locking here. Each replica needs its own folder.
+- **One writer**: one process (one replica) owns a folder, held with an exclusive `flock` on its
+  `lock` file while open (a second process is refused: `SpoolInUse`); all calls come from its
+  event loop thread (audit.py), so there is no other locking. Each replica needs its own folder.
 
 Nothing here talks to the store: the writer reads a segment (`oldest`), writes its records, and
 `remove`s it. A segment written to the store and then lost before its removal is written again on
@@ -23,6 +24,7 @@ the next replay; the store skips the records it has (`AuditRecord.record_id`), s
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import logging
 import os
@@ -74,6 +76,10 @@ def decode(lines: bytes) -> tuple[list[AuditRecord], int]:
     return records, bad
 
 
+class SpoolInUse(RuntimeError):
+    """Another process holds the spool's folder (two replicas or workers given the same path)."""
+
+
 class AuditSpool:
     """The spool in `folder`, at most `max_bytes` of segment files. `open()` before use."""
 
@@ -82,10 +88,21 @@ class AuditSpool:
         self.max_bytes = max_bytes
         self._sizes: dict[int, int] = {}
         self._tail: tuple[int, IO[bytes]] | None = None
+        self._lock: IO[bytes] | None = None
 
     def open(self) -> None:
-        """Create the folder if needed and find the segments a previous run left."""
+        """Create the folder if needed, hold it (`SpoolInUse` if another process does) and find
+        the segments a previous run left."""
         self.folder.mkdir(parents=True, exist_ok=True)
+        if self._lock is None:
+            lock = (self.folder / "lock").open("ab")
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.close()
+                raise SpoolInUse(f"bridge.auditSpool.path: {self.folder} is in use by another process; "
+                                 "give each replica (and each worker) a spool folder of its own") from None
+            self._lock = lock
         self._sizes = {}
         for path in self.folder.glob("*" + _SUFFIX):
             if path.stem.isdigit():
@@ -95,7 +112,14 @@ class AuditSpool:
                         "when the store can be reached", self.folder, self.bytes)
 
     def close(self) -> None:
-        """Close the segment being appended to (what was appended is on disk already)."""
+        """Close the segment being appended to (what was appended is on disk already) and let
+        the folder go."""
+        self._close_tail()
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.close()
+
+    def _close_tail(self) -> None:
         tail, self._tail = self._tail, None
         if tail is not None:
             tail[1].close()
@@ -137,7 +161,7 @@ class AuditSpool:
             return None
         number = min(self._sizes)
         if self._tail is not None and self._tail[0] == number:
-            self.close()
+            self._close_tail()
         path = self._path(number)
         records, bad = decode(path.read_bytes())
         if bad:
@@ -164,7 +188,7 @@ class AuditSpool:
 
     def _appendable(self, size: int) -> tuple[int, IO[bytes]]:
         if self._tail is not None and self._sizes.get(self._tail[0], 0) + size > SEGMENT_BYTES:
-            self.close()
+            self._close_tail()
         if self._tail is None:  # a new segment after every other: never after a torn line of an earlier run
             number = max(self._sizes, default=FIRST_NUMBER - 1) + 1
             file = self._path(number).open("ab")

@@ -5,6 +5,7 @@ or commits and then fails (the acknowledgement lost), on command."""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.bridge.audit import AuditWriter
 from gateway.bridge.records import AuditQuery, AuditRecord
-from gateway.bridge.spool import AuditSpool, encode
+from gateway.bridge.spool import AuditSpool, SpoolInUse, encode
 from gateway.bridge.store_sqlite import SqliteStore
 
 
@@ -43,14 +44,15 @@ def test_records_come_back_in_the_order_they_were_appended_and_a_prepended_batch
     assert spool.prepend([record(1), record(2)]) == []
     assert spool.pending()
     assert ids(drain(spool)) == [1, 2, 3, 4, 5]
-    assert not spool.pending() and list(tmp_path.iterdir()) == []
+    assert not spool.pending() and list(tmp_path.glob("*.jsonl")) == []
 
 
 def test_a_spool_survives_a_restart_and_new_records_go_after_the_old_ones(tmp_path: Path) -> None:
     # R: O4
     first = AuditSpool(tmp_path, max_bytes=1 << 20)
     first.open()
-    first.append([record(1), record(2)])  # no close(): the process died
+    first.append([record(1), record(2)])
+    first.close()  # the process ends (a crash lets the folder go too; what was appended is on disk)
     second = AuditSpool(tmp_path, max_bytes=1 << 20)
     second.open()
     second.append([record(3)])
@@ -62,9 +64,10 @@ def test_a_torn_last_line_left_by_a_crash_is_skipped_and_later_records_are_not_s
     first = AuditSpool(tmp_path, max_bytes=1 << 20)
     first.open()
     first.append([record(1), record(2)])
-    (segment,) = list(tmp_path.iterdir())
+    (segment,) = list(tmp_path.glob("*.jsonl"))
     with segment.open("ab") as file:  # a crash in the middle of writing record 3's line
         file.write(encode(record(3))[:25])
+    first.close()
     second = AuditSpool(tmp_path, max_bytes=1 << 20)
     second.open()
     second.append([record(4)])
@@ -82,6 +85,29 @@ def test_the_spool_keeps_what_fits_within_its_bound_and_returns_the_rest(tmp_pat
     assert ids(spool.prepend([record(0)])) == [0]
     assert ids(drain(spool)) == [1, 2, 3]
     assert spool.append([record(6)]) == []  # room again once replayed
+
+
+def _open_spool(folder: str, answer: "multiprocessing.Queue[str]") -> None:
+    try:
+        AuditSpool(Path(folder), max_bytes=1 << 20).open()
+        answer.put("opened")
+    except SpoolInUse as exc:
+        answer.put(str(exc))
+
+
+def test_a_second_process_is_refused_a_spool_folder_in_use_and_may_take_it_once_it_is_let_go(tmp_path: Path) -> None:
+    # R: O4
+    spool = AuditSpool(tmp_path, max_bytes=1 << 20)
+    spool.open()
+    context = multiprocessing.get_context("spawn")
+    for expected in ("is in use by another process", "opened"):
+        answer: multiprocessing.Queue[str] = context.Queue()
+        other = context.Process(target=_open_spool, args=(str(tmp_path), answer))
+        other.start()
+        other.join(60)
+        text = answer.get(timeout=10)
+        assert expected in text, text
+        spool.close()
 
 
 class FlakyStore(SqliteStore):
@@ -125,7 +151,7 @@ async def test_records_the_store_refused_are_written_from_the_spool_in_order_and
         if n % 50 == 0:
             await asyncio.sleep(0)  # let the writer take some while others keep coming
     await asyncio.wait_for(writer._queue.join(), timeout=10)
-    assert store.failures >= 1 and (tmp_path / "spool").is_dir() and any((tmp_path / "spool").iterdir())
+    assert store.failures >= 1 and (tmp_path / "spool").is_dir() and any((tmp_path / "spool").glob("*.jsonl"))
     store.lose_ack = True  # the first replayed batch is committed but reported failed: replayed again
     store.down = False
     for n in range(300, 320):
