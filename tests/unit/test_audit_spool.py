@@ -5,16 +5,20 @@ or commits and then fails (the acknowledgement lost), on command."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from gateway.bridge.audit import AuditWriter
 from gateway.bridge.records import AuditQuery, AuditRecord
 from gateway.bridge.spool import AuditSpool, SpoolInUse, encode
+from gateway.bridge.store import open_store
 from gateway.bridge.store_sqlite import SqliteStore
+from tests.support import postgres
 
 
 def record(n: int, record_id: str | None = None) -> AuditRecord:
@@ -222,3 +226,21 @@ async def test_a_writer_started_over_a_spool_left_by_an_earlier_run_writes_it_fi
     await second.stop()
     assert ids(await stored(store)) == list(range(6))
     await store.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+async def test_a_batch_written_twice_is_stored_once_in_its_order_on_either_store(kind: str, tmp_path: Path) -> None:
+    # R: O4, S1
+    async with contextlib.AsyncExitStack() as stack:
+        database = str(tmp_path / "audit.db")
+        if kind == "postgresql":
+            database = await stack.enter_async_context(postgres.fresh_database())
+        store = open_store(database, tmp_path)
+        await store.open()
+        stack.push_async_callback(store.close)
+        await store.append_audit([record(1), record(2)])
+        await store.append_audit([record(1), record(2), record(3), record(4)])  # replayed after a lost acknowledgement
+        await store.append_audit([record(5)])
+        rows = list(reversed(await store.query_audit(AuditQuery(actor_id=None))))
+        assert ids(rows) == [1, 2, 3, 4, 5]
+        assert [r.seq for r in rows] == sorted(r.seq for r in rows)
