@@ -1,8 +1,12 @@
 """The Bridge on a PostgreSQL server that goes away (S1, "Bad input and faults" of issue 13): down at
 start, `toolgate serve` exits non-zero saying which server; lost mid-run, calls go on, their audit
 records are dropped and counted, never waited for, and once the server is back the store
-reconnects and writes again. A throwaway cluster of our own (tests/support/postgres.py) that the
-test stops and starts; `toolgate serve` as a real process; the password by secret reference."""
+reconnects and writes again. With `bridge.storeDownAtStart: serve`, a replica started while it is
+down serves chat, answers 503 on the Bridge's routes and `/readyz/bridge`, and connects once it is
+back (O4); asyncpg's client-side state errors count as a lost connection (O4). A throwaway cluster
+of our own (tests/support/postgres.py) that the test stops and starts; `toolgate serve` as a real
+process; the password by secret reference. The audit spool across an outage:
+tests/integration/test_audit_spool.py."""
 
 from __future__ import annotations
 
