@@ -95,7 +95,7 @@ class AuditSpoolConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str = Field(
-        default="./audit-spool",
+        default="./audit-spool", min_length=1,
         description="the spool's folder (relative to the config's folder); made if missing; one per replica",
     )
     maxBytes: int = Field(

@@ -14,11 +14,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gateway.bridge.audit import AuditWriter
+from gateway.config import ConfigError, load_config
 from gateway.bridge.records import AuditQuery, AuditRecord
 from gateway.bridge.spool import AuditSpool, SpoolInUse, encode
 from gateway.bridge.store import open_store
 from gateway.bridge.store_sqlite import SqliteStore
 from tests.support import postgres
+from tests.support.config_files import place, write
 
 
 def record(n: int, record_id: str | None = None) -> AuditRecord:
@@ -244,3 +246,23 @@ async def test_a_batch_written_twice_is_stored_once_in_its_order_on_either_store
         rows = list(reversed(await store.query_audit(AuditQuery(actor_id=None))))
         assert ids(rows) == [1, 2, 3, 4, 5]
         assert [r.seq for r in rows] == sorted(r.seq for r in rows)
+
+
+def test_a_bad_spool_setting_stops_start_up_naming_its_key(tmp_path: Path) -> None:
+    # R: O4
+    path = write(tmp_path, """
+upstreams: [{name: u, kind: inspect}]
+routes: [{model: m, upstream: u}]
+bridge:
+  auditSpool: {path: "", maxBytes: 1000, keep: forever}
+  storeDownAtStart: wait
+""")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    problems = caught.value.problems
+    assert f"{place(path, 'maxBytes')}: bridge.auditSpool.maxBytes: Input should be greater than or equal to 65536" in problems
+    assert f"{place(path, 'keep')}: bridge.auditSpool.keep: Extra inputs are not permitted" in problems
+    assert any(p.startswith(f"{place(path, 'path')}: bridge.auditSpool.path: String should have at least 1 character")
+               for p in problems), problems
+    assert any(p.startswith(f"{place(path, 'storeDownAtStart')}: bridge.storeDownAtStart: Input should be 'exit' or 'serve'")
+               for p in problems), problems
