@@ -23,6 +23,7 @@ the next replay; the store skips the records it has (`AuditRecord.record_id`), s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import json
@@ -139,9 +140,17 @@ class AuditSpool:
         lines, left = self._fitting(records)
         if lines:
             number, file = self._appendable(len(lines))
-            file.write(lines)
-            file.flush()
-            os.fsync(file.fileno())
+            try:
+                file.write(lines)
+                file.flush()
+                os.fsync(file.fileno())
+            except OSError:  # a full disk: maybe a torn line at its end, so the next append starts a new segment
+                self._tail = None
+                with contextlib.suppress(OSError):
+                    file.close()
+                with contextlib.suppress(OSError):
+                    self._sizes[number] = self._path(number).stat().st_size
+                raise
             self._sizes[number] += len(lines)
         return left
 
