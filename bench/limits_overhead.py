@@ -2,11 +2,11 @@
 
     .venv/bin/python bench/limits_overhead.py [--requests 2000] [--no-write]
 
-Four `toolgate serve` processes in front of one stub upstream (bench/stub.py), differing only in
+Five `toolgate serve` processes in front of one stub upstream (bench/stub.py), differing only in
 `limits:`: none; one requests-per-minute rule on Redis (one Lua round trip at admission); every
 kind of limit on Redis (requests, tokens, concurrency and a budget: a second round trip when the
 request ends, to charge and free); and the same rules counted in the process (no `limits.redis`).
-Requests go at concurrency 1, the four gateways interleaved in blocks of 20 so drift on a shared
+A fifth gateway without limits is the control. Requests go at concurrency 1, the gateways interleaved in blocks of 20 so drift on a shared
 machine hits all alike (bench/overhead.py's `serial`). The limits are high enough never to refuse.
 Redis is the machine's (127.0.0.1:6379), under a key prefix of this run, deleted after. Writes
 its table between `<!-- limits-overhead:start/end -->` in bench/README.md.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import secrets
 import statistics
 import sys
@@ -41,7 +42,10 @@ CONFIGS: dict[str, dict[str, Any] | None] = {
     "Redis: requests/min": {"redis": REDIS, "rules": RPM},
     "Redis: requests, tokens, concurrent, budget": {"redis": REDIS, "rules": EVERY, "prices": PRICES},
     "in-process: requests, tokens, concurrent, budget": {"rules": EVERY, "prices": PRICES},
+    "limits off, a second process (control)": None,
 }
+"""The control is the first configuration again in a process of its own, measured last in each
+block: what it "adds" is what process placement and position alone make on this machine."""
 
 
 def config(stub: str, limits: dict[str, Any] | None, prefix: str) -> dict[str, Any]:
@@ -86,20 +90,32 @@ def main() -> int:
             procs.append(gw)
             targets.append((name, gw.url + "/v1/chat/completions", {"authorization": "Bearer sk-bench"}, CHAT))
         samples = asyncio.run(serial(targets, False, args.requests))
+        ping = ping_p50()
     finally:
         for proc in reversed(procs):
             proc.stop()
         clean(prefix)
     medians = {name: statistics.median(totals) * 1000 for name, (_, totals) in samples.items()}
     p95s = {name: sorted(totals)[int(len(totals) * 0.95)] * 1000 for name, (_, totals) in samples.items()}
-    table = render(medians, p95s, args.requests)
+    table = render(medians, p95s, args.requests, ping)
     print(table)
     if not args.no_write:
         write_section("limits-overhead", table)
     return 0
 
 
-def render(medians: dict[str, float], p95s: dict[str, float], n: int) -> str:
+def ping_p50(n: int = 2000) -> float:
+    """The p50 of one Redis PING round trip from this process (ms): the floor under a Redis check."""
+    with redis.Redis.from_url(REDIS) as client:
+        times = []
+        for _ in range(n):
+            started = time.perf_counter()
+            client.ping()
+            times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+def render(medians: dict[str, float], p95s: dict[str, float], n: int, ping: float) -> str:
     base = medians["limits off"]
     lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}; loopback, Redis "
              f"{redis_version()} on the same machine; {n} non-streaming chat requests per gateway at c=1 (gateways "
@@ -108,6 +124,9 @@ def render(medians: dict[str, float], p95s: dict[str, float], n: int) -> str:
     for name, median in medians.items():
         added = "—" if name == "limits off" else f"{median - base:+.3f} ms"
         lines.append(f"| {name} | {median:.3f} ms | {added} | {p95s[name]:.3f} ms |")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    lines += ["", f"A Redis PING round trip from the bench process in the same run: {ping:.3f} ms p50; "
+              f"load average at the end: {load}."]
     return "\n".join(lines)
 
 

@@ -130,8 +130,12 @@ class Admission:
         """`end_of(record)` in a task of its own, so a JSON answer goes out without waiting for the
         counters' second round trip (the charge lands before the client's next request can arrive
         but is not awaited; `Limits.close` waits for what is pending)."""
-        if not self.ended and self.limits is not None:
-            self.limits.in_background(self.end_of(record))
+        if self.ended or self.limits is None:
+            return
+        if not any(c.kind != "requests" for c in self.checks):
+            self.ended = True  # requests per minute only: nothing to charge or free
+            return
+        self.limits.in_background(self.end_of(record))
 
 
 UNLIMITED = Admission(ended=True)
@@ -192,7 +196,7 @@ class Limits:
         checks = checks_for(self.config.rules, identity, route, self.clock(), self.config.key_prefix, self.hold_seconds)
         if not checks:
             return UNLIMITED
-        holder = uuid.uuid4().hex
+        holder = uuid.uuid4().hex if any(c.kind == "concurrent" for c in checks) else ""
         try:
             outcomes = await self.counters.admit(checks, holder)
         except CountersError as exc:
