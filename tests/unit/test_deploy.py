@@ -61,7 +61,8 @@ def test_compose_runs_three_gateway_replicas_haproxy_and_postgres() -> None:
     services = _compose()["services"]
     assert set(services) == {"gateway-1", "gateway-2", "gateway-3", "migrate", "haproxy", "postgres"}
     gateways = [services[f"gateway-{i}"] for i in (1, 2, 3)]
-    assert all(g == gateways[0] for g in gateways)  # one definition (a YAML anchor), three replicas
+    # one definition (a YAML anchor), three replicas; only their audit spool volumes differ
+    assert all({**g, "volumes": None} == {**gateways[0], "volumes": None} for g in gateways)
     build = gateways[0]["build"]
     assert (DEPLOY / build["context"] / build["dockerfile"]).resolve() == ROOT / "Dockerfile"
     assert set(services["haproxy"]["depends_on"]) == {"gateway-1", "gateway-2", "gateway-3"}
@@ -148,3 +149,18 @@ def test_the_replicas_share_the_compose_files_postgresql_as_a_role_that_owns_not
     owner = urlsplit(migrate[migrate.index("--database") + 1])
     assert (owner.hostname, owner.port, owner.path) == ("postgres", 5432, "/toolgate") and owner.username != url.username
     assert f"CREATE DATABASE toolgate OWNER {owner.username};" in init
+
+
+def test_each_replica_keeps_its_audit_spool_on_a_volume_of_its_own() -> None:
+    # R: O4, S3 -- records waiting for PostgreSQL survive a container's restart, one folder per replica
+    compose = _compose()
+    bridge = yaml.safe_load((DEPLOY / "toolgate.yaml").read_text())["bridge"]
+    spool = Path(bridge["auditSpool"]["path"])
+    volumes = []
+    for name in ("gateway-1", "gateway-2", "gateway-3"):
+        named = [v.split(":") for v in compose["services"][name]["volumes"] if not v.startswith(".")]
+        ((volume, target),) = named
+        assert spool.is_relative_to(target) and volume in compose["volumes"]
+        volumes.append(volume)
+    assert len(set(volumes)) == 3
+    assert bridge["storeDownAtStart"] == "serve"
