@@ -4,8 +4,8 @@
 
 Five `toolgate serve` processes in front of one stub upstream (bench/stub.py), differing only in
 `limits:`: none; one requests-per-minute rule on Redis (one Lua round trip at admission); every
-kind of limit on Redis (requests, tokens, concurrency and a budget: a second round trip when the
-request ends, to charge and free); and the same rules counted in the process (no `limits.redis`).
+kind of limit on Redis (requests, tokens, concurrency and a budget: the charge and the freed slot
+ride on the next admission's script); and the same rules counted in the process (no `limits.redis`).
 A fifth gateway without limits is the control. Requests go at concurrency 1, the gateways interleaved in blocks of 20 so drift on a shared
 machine hits all alike (bench/overhead.py's `serial`). The limits are high enough never to refuse.
 Redis is the machine's (127.0.0.1:6379), under a key prefix of this run, deleted after. Writes

@@ -127,9 +127,8 @@ class Admission:
             await self.end(record.prompt_tokens, record.completion_tokens, getattr(record, "deployment", None))
 
     def end_soon(self, record: RequestRecord) -> None:
-        """`end_of(record)` in a task of its own, so a JSON answer goes out without waiting for the
-        counters' second round trip (the charge lands before the client's next request can arrive
-        but is not awaited; `Limits.close` waits for what is pending)."""
+        """`end_of(record)` in a task of its own, so a JSON answer goes out without waiting for it
+        (`Limits.close` waits for what is pending)."""
         if self.ended or self.limits is None:
             return
         if not any(c.kind != "requests" for c in self.checks):
@@ -200,7 +199,7 @@ class Limits:
         try:
             outcomes = await self.counters.admit(checks, holder)
         except CountersError as exc:
-            self._failed("admit", exc)
+            self.failed("admit", exc)
             if self.config.on_redis_error == "closed":
                 raise Unavailable(f"rate limits cannot be checked ({exc}) and limits.on_redis_error is 'closed'",
                                   code="limits_unavailable") from None
@@ -229,9 +228,9 @@ class Limits:
         try:
             await self.counters.settle(charges, releases, admission.holder)
         except CountersError as exc:
-            self._failed("settle", exc)
+            self.failed("settle", exc)
 
-    def _failed(self, operation: str, exc: CountersError) -> None:
+    def failed(self, operation: str, exc: CountersError) -> None:
         self.redis_errors.labels(operation).inc()
         now = time.monotonic()
         if now - self._last_logged >= LOG_EVERY_SECONDS:
@@ -250,9 +249,11 @@ def build_limits(config: LimitsConfig | None, base_dir: Path, secrets: SecretSet
             from gateway.limits.redis_counters import RedisCounters
 
             password = resolve_secret(config.password, base_dir, secrets) if config.password else None
-            counters = RedisCounters(config.redis, password=password, username=config.username, timeout=config.timeout_seconds)
-        else:
-            counters = MemoryCounters()
+            redis = RedisCounters(config.redis, password=password, username=config.username, timeout=config.timeout_seconds)
+            limits = Limits(config, redis, registry, hold_seconds)
+            redis.on_error = lambda exc: limits.failed("settle", exc)  # a queued settlement lost
+            return limits
+        counters = MemoryCounters()
     return Limits(config, counters, registry, hold_seconds)
 
 

@@ -1,13 +1,14 @@
-"""Counters in Redis, shared by every replica (O2): the arithmetic of gateway.limits.buckets as
-two Lua scripts, each one atomic round trip on Redis's own clock (`TIME`), so replicas whose
-clocks differ still count one bucket alike.
+"""Counters in Redis, shared by every replica (O2): the arithmetic of gateway.limits.buckets as one
+Lua script, `COUNT`, each run one atomic round trip on Redis's own clock (`TIME`), so replicas
+whose clocks differ still count one bucket alike.
 
-`ADMIT` evaluates every check and takes units and slots only when all allow (requests: GCRA `tat`
-in a string key with a TTL; concurrency: a sorted set of holders scored by when their slot
-lapses, lapsed ones dropped first; tokens and budgets: read only). `SETTLE` charges tokens (GCRA)
-and spend (`INCRBYFLOAT`, expiring after the budget's period) and frees the holder's slots.
-Numbers cross as text (Lua would truncate floats to integers): ADMIT answers one string,
-`ok remaining reset retry` per check, comma-separated, which parses faster than a nested reply.
+`COUNT` first settles what finished requests used — tokens (GCRA), spend (`INCRBYFLOAT`, expiring
+after the budget's period), concurrency slots freed — then admits one request: it evaluates every
+check and takes units and slots only when all allow (requests: a GCRA `tat` in a string key with
+a TTL; concurrency: a sorted set of holders scored by when their slot lapses, lapsed ones dropped
+first; tokens and budgets: read only). Numbers cross as text (Lua would truncate floats to
+integers); the admission answers one string, `ok remaining reset retry` per check,
+comma-separated, which parses faster than a nested reply.
 """
 
 from __future__ import annotations
@@ -28,13 +29,28 @@ from gateway.limits.counters import Charge, CountersError
 
 _KINDS = {"requests": "r", "tokens": "t", "budget": "b", "concurrent": "c"}
 
-ADMIT = """
+COUNT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local holder = ARGV[1]
+local m, holder = tonumber(ARGV[1]), ARGV[2]
+for i = 1, m do
+  local key, j = KEYS[i], 3 + (i - 1) * 5
+  local kind, limit, period, amount = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
+  if kind == 't' then
+    local tat = tonumber(redis.call('GET', key) or '0')
+    local new = math.max(tat, now) + amount * period / limit
+    redis.call('SET', key, string.format('%.6f', new), 'PX', math.ceil((new - now) * 1000) + 1)
+  elseif kind == 'b' then
+    redis.call('INCRBYFLOAT', key, string.format('%.9f', amount))
+    redis.call('EXPIRE', key, math.ceil(period) + 60)
+  elseif kind == 'c' then
+    redis.call('ZREM', key, ARGV[j + 4])
+  end
+end
+local base = 3 + m * 5
 local out, newtat, all = {}, {}, true
-for i = 1, #KEYS do
-  local key, j = KEYS[i], 2 + (i - 1) * 3
+for i = m + 1, #KEYS do
+  local key, j = KEYS[i], base + (i - m - 1) * 3
   local kind, limit, period = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
   local ok, remaining, reset, retry = 1, 0, 0, 0
   if kind == 'r' or kind == 't' then
@@ -74,11 +90,11 @@ for i = 1, #KEYS do
     end
   end
   if ok == 0 then all = false end
-  out[i] = string.format('%d %.6f %.6f %.6f', ok, remaining, reset, retry)
+  out[i - m] = string.format('%d %.6f %.6f %.6f', ok, remaining, reset, retry)
 end
 if all then
-  for i = 1, #KEYS do
-    local key, j = KEYS[i], 2 + (i - 1) * 3
+  for i = m + 1, #KEYS do
+    local key, j = KEYS[i], base + (i - m - 1) * 3
     local kind, period = ARGV[j], tonumber(ARGV[j + 2])
     if kind == 'r' and newtat[key] then
       redis.call('SET', key, string.format('%.6f', newtat[key]), 'PX', math.ceil((newtat[key] - now) * 1000) + 1)
@@ -91,26 +107,8 @@ end
 return table.concat(out, ',')
 """
 
-SETTLE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local holder = ARGV[1]
-for i = 1, #KEYS do
-  local key, j = KEYS[i], 2 + (i - 1) * 4
-  local kind, limit, period, amount = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
-  if kind == 't' then
-    local tat = tonumber(redis.call('GET', key) or '0')
-    local new = math.max(tat, now) + amount * period / limit
-    redis.call('SET', key, string.format('%.6f', new), 'PX', math.ceil((new - now) * 1000) + 1)
-  elseif kind == 'b' then
-    redis.call('INCRBYFLOAT', key, string.format('%.9f', amount))
-    redis.call('EXPIRE', key, math.ceil(period) + 60)
-  elseif kind == 'c' then
-    redis.call('ZREM', key, holder)
-  end
-end
-return 1
-"""
+FLUSH_SECONDS = 0.005
+"""Settlements wait at most this long for the replica's next admission to carry them; then they go alone."""
 
 
 def redis_location(url: str) -> str:
@@ -171,55 +169,97 @@ async def _drop(conn: Any) -> None:
 
 
 class RedisCounters:
-    """Counters in one Redis database, every key under `prefix`; each call one round trip (`EVALSHA`,
-    the script loaded on the first `NOSCRIPT`).
+    """Counters in one Redis database, every key under `prefix`: one script (`COUNT`, by `EVALSHA`,
+    loaded on the first `NOSCRIPT`) settles what finished requests used, then admits a request.
 
-    No retries: a call that fails is reported at once (`CountersError`), and the gate fails open or
-    closed as configured, instead of holding the request through back-offs."""
+    Settlements are queued and ride on this replica's next admission — so a request's charge
+    always counts before the next request this replica admits, with no round trip of its own —
+    or, when no admission comes within `FLUSH_SECONDS`, go alone. No retries: a call that fails
+    is reported at once (`CountersError`; a lost flush through `on_error`), and the gate fails
+    open or closed as configured, instead of holding the request through back-offs."""
 
     shared = True
 
     def __init__(self, url: str, *, password: str | None, username: str | None, timeout: float) -> None:
         self.where = redis_location(url)
+        self.on_error: Callable[[CountersError], None] | None = None
         self._connections = _Connections(url, password=password, username=username, timeout=timeout)
-        self._sha = {script: hashlib.sha1(script.encode()).hexdigest() for script in (ADMIT, SETTLE)}
+        self._sha = hashlib.sha1(COUNT.encode()).hexdigest()
+        self._pending_keys: list[str] = []
+        self._pending_args: list[str | float] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._flushes: set[asyncio.Task[None]] = set()
 
-    async def _run(self, script: str, keys: Sequence[str], args: Sequence[str | float]) -> Any:
+    def _error(self, exc: BaseException) -> CountersError:
+        return CountersError(f"Redis at {self.where}: {type(exc).__name__}: {exc}".rstrip(": "))
+
+    async def _count(self, keys: list[str], args: list[str | float]) -> bytes:
+        """Run `COUNT`: the pending settlements (taken here) and then `keys`/`args`' admission."""
+        settle_keys, settle_args = self._take_pending()
+        argv: list[str | float] = [len(settle_keys), *args[:1], *settle_args, *args[1:]]
+        command = ("EVALSHA", self._sha, len(settle_keys) + len(keys), *settle_keys, *keys, *argv)
         try:
             try:
-                return await self._connections.call("EVALSHA", self._sha[script], len(keys), *keys, *args)
-            except NoScriptError:
-                await self._connections.call("SCRIPT", "LOAD", script)
-                return await self._connections.call("EVALSHA", self._sha[script], len(keys), *keys, *args)
+                return await self._connections.call(*command)  # type: ignore[no-any-return]
+            except NoScriptError:  # not run: load it and run it once more
+                await self._connections.call("SCRIPT", "LOAD", COUNT)
+                return await self._connections.call(*command)  # type: ignore[no-any-return]
         except (RedisError, OSError, TimeoutError) as exc:
-            raise CountersError(f"Redis at {self.where}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+            raise self._error(exc) from None
+
+    def _take_pending(self) -> tuple[list[str], list[str | float]]:
+        keys, args = self._pending_keys, self._pending_args
+        self._pending_keys, self._pending_args = [], []
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        return keys, args
 
     async def ping(self) -> None:
         """Reach Redis once (start-up reports whether it can)."""
         try:
             await self._connections.call("PING")
         except (RedisError, OSError, TimeoutError) as exc:
-            raise CountersError(f"Redis at {self.where}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+            raise self._error(exc) from None
 
     async def admit(self, checks: Sequence[Check], holder: str) -> list[Outcome]:
         args: list[str | float] = [holder]
         for check in checks:
             args += [_KINDS[check.kind], check.limit, check.period]
-        reply = await self._run(ADMIT, [c.key for c in checks], args)
+        reply = await self._count([c.key for c in checks], args)
         rows = (row.split(" ") for row in reply.decode().split(","))
         return [Outcome(ok == "1", float(remaining), float(reset), float(retry)) for ok, remaining, reset, retry in rows]
 
     async def settle(self, charges: Sequence[Charge], releases: Sequence[Check], holder: str) -> None:
-        keys: list[str] = []
-        args: list[str | float] = [holder]
+        """Queue the settlement (see the class docstring); it reaches Redis within `FLUSH_SECONDS`."""
         for charge in charges:
-            keys.append(charge.check.key)
-            args += [_KINDS[charge.check.kind], charge.check.limit, charge.check.period, charge.amount]
+            self._pending_keys.append(charge.check.key)
+            self._pending_args += [_KINDS[charge.check.kind], charge.check.limit, charge.check.period, charge.amount, holder]
         for check in releases:
-            keys.append(check.key)
-            args += ["c", check.limit, check.period, 0]
-        if keys:
-            await self._run(SETTLE, keys, args)
+            self._pending_keys.append(check.key)
+            self._pending_args += ["c", check.limit, check.period, 0, holder]
+        if self._pending_keys and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(FLUSH_SECONDS, self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._timer = None
+        task = asyncio.ensure_future(self.flush())
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+
+    async def flush(self) -> None:
+        """Send the pending settlements now (a failure goes to `on_error`: they are lost)."""
+        if not self._pending_keys:
+            return
+        try:
+            await self._count([], [""])
+        except CountersError as exc:
+            if self.on_error is not None:
+                self.on_error(exc)
 
     async def close(self) -> None:
+        """Send what is pending, then close the connections."""
+        if self._flushes:
+            await asyncio.wait(list(self._flushes), timeout=5)
+        await self.flush()
         await self._connections.close()
