@@ -4,18 +4,28 @@ serve` processes behind the real HAProxy with deploy/haproxy.cfg."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
+from prometheus_client import CollectorRegistry
 
 from bench.loadkit import Gateway as ServeProcess
+from gateway.identity import Identity
+from gateway.limits.buckets import Check
+from gateway.limits.config import LimitsConfig
+from gateway.limits.counters import Charge
+from gateway.limits.gate import build_limits
+from gateway.limits.redis_counters import RedisCounters
+from gateway.secrets import SecretSet
 from tests.support import canary, haproxy
 from tests.support import redis as redis_support
 from tests.support.faults import free_port, metric
@@ -303,3 +313,42 @@ def test_a_limit_of_n_a_minute_across_two_replicas_behind_haproxy_admits_n_not_2
     assert [r.status_code for r in sent].count(429) == 12
     assert served == {"gateway-1", "gateway-2"}  # both replicas answered, and counted together
     assert len(scripted.requests) == 4
+
+
+def test_redis_counters_admit_all_or_nothing_and_settle_before_the_next_admission(prefix) -> None:
+    # R: O2 -- the Lua script itself, on the real Redis
+    rpm = Check("requests", "r", f"{prefix}rpm", 2, 60)
+    slot = Check("concurrent", "c", f"{prefix}slot", 1, 600)
+    tokens = Check("tokens", "t", f"{prefix}tpm", 20, 60)
+
+    async def scenario() -> list[list[bool]]:
+        counters = RedisCounters(redis_support.URL, password=None, username=None, timeout=2)
+        try:
+            seen = [[o.allowed for o in await counters.admit([rpm, slot, tokens], "one")]]
+            seen.append([o.allowed for o in await counters.admit([rpm, slot, tokens], "two")])  # the slot is held: nothing taken
+            await counters.settle([Charge(tokens, 25)], [slot], "one")  # queued: rides on the next admission
+            seen.append([o.allowed for o in await counters.admit([rpm, slot, tokens], "three")])  # freed, but 25 of 20 tokens used
+            seen.append([o.allowed for o in await counters.admit([rpm, slot], "four")])  # the second request of the minute
+            seen.append([o.allowed for o in await counters.admit([rpm], "five")])
+            return seen
+        finally:
+            await counters.close()
+
+    assert asyncio.run(scenario()) == [[True, True, True], [True, False, True], [True, True, False], [True, True], [False]]
+
+
+def test_a_settlement_lost_while_redis_is_down_is_counted(prefix) -> None:
+    # R: O2
+    config = LimitsConfig(redis=f"redis://127.0.0.1:{free_port()}/0", key_prefix=prefix, timeout_seconds=0.2,
+                          rules=[{"per": "user", "tokens_per_minute": 100}])
+    registry = CollectorRegistry()
+
+    async def scenario() -> None:
+        limits = build_limits(config, Path("."), SecretSet(), registry, hold_seconds=60)
+        admission = await limits.admit(Identity(user_id="alice"), "assistant", "scripted-model")  # open: passes
+        await admission.end(10, 5)
+        await limits.close()  # sends what is pending: it fails
+
+    asyncio.run(scenario())
+    assert registry.get_sample_value("toolgate_limits_redis_errors_total", {"operation": "admit"}) == 1
+    assert registry.get_sample_value("toolgate_limits_redis_errors_total", {"operation": "settle"}) == 1
