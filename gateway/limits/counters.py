@@ -37,6 +37,10 @@ class Counters(Protocol):
     shared: bool
     """True when every replica counts together (Redis); False for one process's counters."""
 
+    async def ping(self) -> None:
+        """Reach the counters once (start-up says whether it can), or raise `CountersError`."""
+        ...
+
     async def admit(self, checks: Sequence[Check], holder: str) -> list[Outcome]:
         """Evaluate every check; when all allow, take the request's units and slots (as `holder`)."""
         ...
@@ -60,6 +64,9 @@ class MemoryCounters:
     """Budget key → (US dollars spent, epoch second the period ends)."""
     _slots: dict[str, dict[str, float]] = field(default_factory=dict)
     """Concurrency key → holder → epoch second its slot lapses."""
+
+    async def ping(self) -> None:
+        return None
 
     async def admit(self, checks: Sequence[Check], holder: str) -> list[Outcome]:
         now = self.clock()

@@ -119,12 +119,11 @@ class Admission:
         model = deployment.split("/", 1)[-1] if deployment else self.model
         await self.limits.settle(self, prompt_tokens, completion_tokens, model)
 
-
     async def end_of(self, record: RequestRecord) -> None:
         """`end` with what `record` counted: the summed usage and, when the route has deployments,
         the one that answered (`record.deployment`)."""
         if not self.ended:
-            await self.end(record.prompt_tokens, record.completion_tokens, getattr(record, "deployment", None))
+            await self.end(record.prompt_tokens, record.completion_tokens, record.deployment)
 
     def end_soon(self, record: RequestRecord) -> None:
         """`end_of(record)` in a task of its own, so a JSON answer goes out without waiting for it
@@ -166,13 +165,11 @@ class Limits:
         if not self.counters.shared:
             log.warning("limits: no limits.redis configured: counters are per replica (each replica admits up to each limit on its own)")
             return
-        ping = getattr(self.counters, "ping", None)
-        if ping is not None:
-            try:
-                await ping()
-            except CountersError as exc:
-                log.warning("limits: %s; requests %s until it answers", exc,
-                            "pass unlimited" if self.config.on_redis_error == "open" else "are refused (503)")
+        try:
+            await self.counters.ping()
+        except CountersError as exc:
+            log.warning("limits: %s; requests %s until it answers", exc,
+                        "pass unlimited" if self.config.on_redis_error == "open" else "are refused (503)")
 
     def in_background(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` (a settlement) as a task, held until it ends so it is neither collected nor lost at shutdown."""
@@ -231,6 +228,7 @@ class Limits:
             self.failed("settle", exc)
 
     def failed(self, operation: str, exc: CountersError) -> None:
+        """Count a failed call to the counters (`admit` or `settle`) and log it, at most once per `LOG_EVERY_SECONDS`."""
         self.redis_errors.labels(operation).inc()
         now = time.monotonic()
         if now - self._last_logged >= LOG_EVERY_SECONDS:
