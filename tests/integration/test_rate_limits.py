@@ -352,3 +352,24 @@ def test_a_settlement_lost_while_redis_is_down_is_counted(prefix) -> None:
     asyncio.run(scenario())
     assert registry.get_sample_value("toolgate_limits_redis_errors_total", {"operation": "admit"}) == 1
     assert registry.get_sample_value("toolgate_limits_redis_errors_total", {"operation": "settle"}) == 1
+
+
+def test_spend_is_priced_by_the_model_of_the_deployment_that_answered(upstream, prefix) -> None:
+    # R: O2, O1 -- a route with deployments has no upstream_model of its own: its price is the deployment's
+    scripted, server = upstream
+    prices = {"dear-model": {"input_per_million": 1000, "output_per_million": 2000}}  # $0.02 a request
+    config = limited(server.url, [{"per": "route", "route": "assistant", "budget": {"usd": 0.03, "period": "month"}}],
+                     prefix, prices=prices)
+    route = config["routes"][0]
+    del route["upstream"], route["upstream_model"]
+    route["deployments"] = [{"upstream": "scripted", "model": "dear-model"}]
+    with running_gateway(config) as gw:
+        statuses = [post(gw).status_code]
+        spend = f"{prefix}spend:route@assistant:assistant:{datetime.now(timezone.utc):%Y-%m}"
+        assert wait_until(lambda: redis_support.value(spend) is not None, timeout=10)
+        statuses.append(post(gw, "messages").status_code)
+        assert wait_until(lambda: float(redis_support.value(spend) or 0) >= 0.04 - 1e-9, timeout=10)
+        statuses.append(post(gw, "responses").status_code)
+
+    assert statuses == [200, 200, 429]
+    assert {body["model"] for body in scripted.requests} == {"dear-model"}
