@@ -213,6 +213,8 @@ class Deployments:
             self._count(deployment, exc.code)
             if isinstance(exc, RETRIABLE):
                 deployment.breaker.failed(self.clock())
+            else:
+                deployment.breaker.succeeded()  # it answered (as in `_guarded`); a probe's slot is not left taken
             raise
         except BaseException:  # the client left mid-stream: no verdict on the deployment
             deployment.breaker.abandoned()

@@ -4,14 +4,18 @@ the routing config and its checks (integration: tests/integration/test_deploymen
 from __future__ import annotations
 
 import itertools
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, Counter
 
 from gateway.config import ConfigError, fallback_order, parse_config
 from gateway.errors import ContextWindowExceeded, UpstreamBadRequest, UpstreamRateLimited
 from gateway.upstream.base import error_for_status, retry_after_seconds
 from gateway.upstream.breaker import Breaker, pick, soonest
+from gateway.upstream.deployments import Deployment, Deployments, Pool
 
 
 def draws(*values: float):  # type: ignore[no-untyped-def]
@@ -187,3 +191,35 @@ def test_fallbacks_are_tried_depth_first_each_route_once() -> None:
     routes = {"big": ["mid", "small"], "mid": ["small", "tiny"], "small": [], "tiny": []}
     assert fallback_order("big", routes) == ["mid", "small", "tiny"]
     assert fallback_order("small", routes) == []
+
+
+class _RefusesMidStream:
+    """An upstream whose stream sends one batch, then a request fault (not a deployment's failure)."""
+
+    name = "a"
+
+    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        raise AssertionError("not called")
+
+    def stream(self, body: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
+        return self._batches()
+
+    async def _batches(self) -> AsyncIterator[list[dict[str, Any]]]:
+        yield [{"choices": []}]
+        raise UpstreamBadRequest("upstream 'a' rejected the request (HTTP 400): scripted", status=400)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_probe_stream_ending_in_a_request_fault_frees_the_probe_slot() -> None:
+    # R: O1
+    breaker = Breaker(failures=1, cooldown_seconds=5)
+    breaker.failed(now=0)
+    pool = Pool("assistant", [Deployment(_RefusesMidStream(), "model-a", breaker=breaker)])  # type: ignore[arg-type]
+    routed = Deployments(pool, Counter("calls", "calls", ["upstream", "deployment", "outcome"], registry=CollectorRegistry()),
+                         random=draws(0.0), clock=lambda: 5.0)
+    with pytest.raises(UpstreamBadRequest):
+        async for _ in routed.stream({"model": "assistant"}):
+            pass
+    assert (breaker.probing, breaker.available(6)) == (False, True)
