@@ -373,3 +373,23 @@ def test_spend_is_priced_by_the_model_of_the_deployment_that_answered(upstream, 
 
     assert statuses == [200, 200, 429]
     assert {body["model"] for body in scripted.requests} == {"dear-model"}
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_concurrency_slot(upstream, prefix) -> None:
+    # R: O2
+    scripted, server = upstream
+    scripted.push(Reply(content="held answer", hang_stream_after=2))
+    with running_gateway(limited(server.url, [{"per": "key", "concurrent": 1}], prefix, keys=True)) as gw:
+        in_flight = f"{prefix}inflight:key:"
+        try:
+            headers = {"authorization": f"Bearer {key_value('k1')}"}
+            with httpx2.stream("POST", gw.url + PATHS["chat"], json=body("chat", stream=True), headers=headers, timeout=30) as held:
+                assert held.status_code == 200
+                next(held.iter_bytes())  # the stream has begun; the upstream now hangs
+                assert [k for k in redis_support.keys(prefix) if k.startswith(in_flight)]
+            # the client has left while the upstream still hangs: its slot must be freed all the same
+            assert wait_until(lambda: not [k for k in redis_support.keys(prefix) if k.startswith(in_flight)], timeout=10)
+            again = post(gw, key="k1", stream=True)
+        finally:
+            scripted.release.set()
+        assert again.status_code == 200
