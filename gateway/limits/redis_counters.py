@@ -175,8 +175,9 @@ class RedisCounters:
     Settlements are queued and ride on this replica's next admission — so a request's charge
     always counts before the next request this replica admits, with no round trip of its own —
     or, when no admission comes within `FLUSH_SECONDS`, go alone. No retries: a call that fails
-    is reported at once (`CountersError`; a lost flush through `on_error`), and the gate fails
-    open or closed as configured, instead of holding the request through back-offs."""
+    is reported at once (`CountersError`; settlements lost, alone or with the admission that carried
+    them, through `on_error`), and the gate fails open or closed as configured, instead of holding
+    the request through back-offs."""
 
     shared = True
 
@@ -205,7 +206,10 @@ class RedisCounters:
                 await self._connections.call("SCRIPT", "LOAD", COUNT)
                 return await self._connections.call(*command)  # type: ignore[no-any-return]
         except (RedisError, OSError, TimeoutError) as exc:
-            raise self._error(exc) from None
+            error = self._error(exc)
+            if settle_keys and keys and self.on_error is not None:
+                self.on_error(error)  # the settlements this admission carried are lost too (a flush reports its own)
+            raise error from None
 
     def _take_pending(self) -> tuple[list[str], list[str | float]]:
         keys, args = self._pending_keys, self._pending_args

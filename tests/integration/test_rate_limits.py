@@ -354,6 +354,24 @@ def test_a_settlement_lost_while_redis_is_down_is_counted(prefix) -> None:
     assert registry.get_sample_value("toolgate_limits_redis_errors_total", {"operation": "settle"}) == 1
 
 
+def test_a_settlement_lost_with_the_admission_that_carried_it_is_counted(prefix) -> None:
+    # R: O2 -- a queued settlement rides on the next admission; when that call fails, both are lost
+    config = LimitsConfig(redis=f"redis://127.0.0.1:{free_port()}/0", key_prefix=prefix, timeout_seconds=0.2,
+                          rules=[{"per": "user", "tokens_per_minute": 100}])
+    registry = CollectorRegistry()
+
+    async def scenario() -> None:
+        limits = build_limits(config, Path("."), SecretSet(), registry, hold_seconds=60)
+        first = await limits.admit(Identity(user_id="alice"), "assistant", "scripted-model")  # open: passes
+        await first.end(10, 5)  # queued
+        await limits.admit(Identity(user_id="alice"), "assistant", "scripted-model")  # carries it, and fails
+        await limits.close()  # nothing left to send
+
+    asyncio.run(scenario())
+    assert registry.get_sample_value("toolgate_limits_redis_errors_total", {"operation": "admit"}) == 2
+    assert registry.get_sample_value("toolgate_limits_redis_errors_total", {"operation": "settle"}) == 1
+
+
 def test_spend_is_priced_by_the_model_of_the_deployment_that_answered(upstream, prefix) -> None:
     # R: O2, O1 -- a route with deployments has no upstream_model of its own: its price is the deployment's
     scripted, server = upstream
