@@ -188,6 +188,9 @@ OLD_ROWS = """
 INSERT INTO connections VALUES ('gh', 'alice', 'http://a/mcp', 'Authorization', 'env:GH', 'config', NULL);
 INSERT INTO connections VALUES ('wiki', 'org:acme', 'http://w/mcp', NULL, NULL, 'api', 'w');
 INSERT INTO bridges VALUES ('b1', 'org:acme', '["wiki"]', 'api');
+INSERT INTO audit (ts, action, actor_id, actor_email, resource, scope, mutating, args, status, duration_ms) VALUES
+    (1.0, 'mcp.tool_call', 'alice', NULL, 'gh', 'api', TRUE, '{}', 'success', 1.0),
+    (2.0, 'mcp.tool_call', 'alice', NULL, 'gh', 'api', FALSE, '{}', 'failure', 2.0);
 """
 OLD_GRAPH = """INSERT INTO graphs (bridge_id, graph, updated_at{}) VALUES ('b1', '{{"nodes": [], "tag": "old"}}', 1.0{});"""
 
@@ -233,6 +236,12 @@ async def test_a_store_made_when_ids_were_global_keeps_every_row_and_takes_ids_p
                 await store.upsert_bridge(BridgeRecord("b1", "bob"))
                 assert len(await store.find_connections(["alice", "bob"], "gh")) == 2
                 assert len(await store.find_bridges(["org:acme", "bob"], "b1")) == 2
+                # audit rows written before records had ids (O4's step) stay; a record with an id is
+                # stored once, written twice in a batch and again after the store is opened again
+                written = AuditRecord(3.0, "mcp.tool_call", "alice", None, "gh", "api", True, {}, "success", 3.0, record_id="r-1")
+                await store.append_audit([written, written])
+                listed = await store.query_audit(AuditQuery(actor_id="alice"))
+                assert sorted((r.ts, r.status) for r in listed) == [(1.0, "success"), (2.0, "failure"), (3.0, "success")]
             finally:
                 await store.close()
         if kind == "postgresql":
