@@ -30,6 +30,7 @@ from tests.support.http_server import ServerThread, serve
 from tests.support.logs import captured_logs
 from tests.support.plugins import EchoTools
 from tests.support.upstream import Reply, ScriptedUpstream
+from tests.support.waiting import wait_until
 
 USER = [{"role": "user", "content": "hello"}]
 
@@ -344,3 +345,27 @@ def test_check_reports_deployment_and_fallback_problems_with_their_paths(tmp_pat
         f"{path}:2:64: upstreams.0.api_key: environment variable TOOLGATE_TEST_MISSING_KEY is not set"
         " (from env:TOOLGATE_TEST_MISSING_KEY)",
     ]
+
+
+def test_a_probe_whose_stream_the_client_leaves_frees_the_probe_slot(ups: dict[str, ScriptedUpstream]) -> None:
+    # R: O1 -- a probe slot must never stay taken: the deployment would not be picked by weight again
+    clock = Clock()
+    ups["a"].push(Reply(status=500), Reply(content="probe answer", hang_stream_after=2))
+    route = {"model": "assistant", "deployments": [deployment("a"), deployment("b")],
+             "cooldown_after_failures": 1, "cooldown_seconds": 30}
+    app = create_app(parse_config(config(ups, [route]), "test", Path(".")))
+    routed = app.state.gateway.routes["assistant"].upstream
+    routed.random, routed.clock = itertools.cycle((0.0,)).__next__, clock
+    breaker = routed.pool.deployments[0].breaker
+    with serve(app) as gw:
+        assert ask(gw) == "from b"  # a failed once: it cools down
+        clock.now += 30
+        try:
+            with client(gw).chat.completions.create(model="assistant", messages=USER, stream=True) as chunks:
+                next(iter(chunks))  # the probe's stream has begun on a, which now hangs
+                assert breaker.probing
+            # the client has left while a still hangs
+            assert wait_until(lambda: not breaker.probing, timeout=10)
+        finally:
+            ups["a"].release.set()
+        assert ask(gw) == "from a"  # a is picked again (its probe slot is free)
