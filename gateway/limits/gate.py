@@ -200,7 +200,8 @@ class Limits:
             if self.config.on_redis_error == "closed":
                 raise Unavailable(f"rate limits cannot be checked ({exc}) and limits.on_redis_error is 'closed'",
                                   code="limits_unavailable") from None
-            return Admission(checks=[c for c in checks if c.kind in ("tokens", "budget")], holder=holder, model=model, limits=self)
+            # a call that timed out may still have taken its slots in Redis: the end frees them (a no-op if not)
+            return Admission(checks=[c for c in checks if c.kind != "requests"], holder=holder, model=model, limits=self)
         refused = refusal(checks, outcomes, self._rules)
         if refused is not None:
             self.limited.labels(refused.rule, refused.reason).inc()

@@ -22,8 +22,8 @@ from bench.loadkit import Gateway as ServeProcess
 from gateway.identity import Identity
 from gateway.limits.buckets import Check
 from gateway.limits.config import LimitsConfig
-from gateway.limits.counters import Charge
-from gateway.limits.gate import build_limits
+from gateway.limits.counters import Charge, CountersError
+from gateway.limits.gate import Limits, build_limits
 from gateway.limits.redis_counters import RedisCounters
 from gateway.secrets import SecretSet
 from tests.support import canary, haproxy
@@ -411,3 +411,26 @@ def test_a_client_that_leaves_mid_stream_frees_its_concurrency_slot(upstream, pr
         finally:
             scripted.release.set()
         assert again.status_code == 200
+
+
+def test_a_slot_taken_by_an_admission_whose_answer_was_lost_is_freed_when_the_request_ends(prefix) -> None:
+    # R: O2 -- a Redis call that times out may have run: failing open must not leave its slot held
+    class AnswerLost(RedisCounters):
+        async def admit(self, checks, holder):  # type: ignore[no-untyped-def]
+            await super().admit(checks, holder)  # Redis ran the script and took the slot ...
+            raise CountersError(f"Redis at {self.where}: TimeoutError")  # ... but its answer never came
+
+    config = LimitsConfig(redis=redis_support.URL, key_prefix=prefix, rules=[{"per": "user", "concurrent": 1}])
+    registry = CollectorRegistry()
+
+    async def scenario() -> list[str]:
+        limits = Limits(config, AnswerLost(redis_support.URL, password=None, username=None, timeout=2), registry, hold_seconds=600)
+        admission = await limits.admit(Identity(user_id="alice"), "assistant", "scripted-model")  # open: passes
+        held = redis_support.keys(prefix)
+        await admission.end(0, 0)
+        await limits.close()  # sends the release
+        return held
+
+    assert asyncio.run(scenario()) == [f"{prefix}inflight:user:alice"]
+    assert redis_support.keys(prefix) == []
+    assert registry.get_sample_value("toolgate_limits_redis_errors_total", {"operation": "admit"}) == 1
