@@ -198,15 +198,32 @@ class Limits:
         except CountersError as exc:
             self.failed("admit", exc)
             if self.config.on_redis_error == "closed":
+                self._free(checks, holder)
                 raise Unavailable(f"rate limits cannot be checked ({exc}) and limits.on_redis_error is 'closed'",
                                   code="limits_unavailable") from None
             # a call that timed out may still have taken its slots in Redis: the end frees them (a no-op if not)
             return Admission(checks=[c for c in checks if c.kind != "requests"], holder=holder, model=model, limits=self)
+        except BaseException:  # cancelled (the client left) after Redis may have taken the slots
+            self._free(checks, holder)
+            raise
         refused = refusal(checks, outcomes, self._rules)
         if refused is not None:
             self.limited.labels(refused.rule, refused.reason).inc()
             raise refused
         return Admission(rate_headers(list(zip(checks, outcomes))), checks, holder, model, self)
+
+    def _free(self, checks: Sequence[Check], holder: str) -> None:
+        """Free the concurrency slots an admission that never completed may have taken (a no-op where it took none)."""
+        releases = [c for c in checks if c.kind == "concurrent"]
+        if releases and self.counters is not None:
+            self.in_background(self._release(releases, holder))
+
+    async def _release(self, releases: list[Check], holder: str) -> None:
+        assert self.counters is not None
+        try:
+            await self.counters.settle([], releases, holder)
+        except CountersError as exc:
+            self.failed("settle", exc)
 
     async def settle(self, admission: Admission, prompt_tokens: int, completion_tokens: int, model: str) -> None:
         """Charge a finished request (see `Admission.end`); a failure is counted and logged, never raised."""

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from bench.loadkit import Gateway as ServeProcess
+from gateway.errors import Unavailable
 from gateway.identity import Identity
 from gateway.limits.buckets import Check
 from gateway.limits.config import LimitsConfig
@@ -434,3 +435,29 @@ def test_a_slot_taken_by_an_admission_whose_answer_was_lost_is_freed_when_the_re
     assert asyncio.run(scenario()) == [f"{prefix}inflight:user:alice"]
     assert redis_support.keys(prefix) == []
     assert registry.get_sample_value("toolgate_limits_redis_errors_total", {"operation": "admit"}) == 1
+
+
+@pytest.mark.parametrize("lost", ["closed", "cancelled"])
+def test_a_slot_taken_by_an_admission_that_never_completes_is_freed(prefix, lost) -> None:
+    # R: O2 -- refused with 503 (on_redis_error: closed) or cancelled (the client left) after Redis took the slot
+    class Interrupted(RedisCounters):
+        async def admit(self, checks, holder):  # type: ignore[no-untyped-def]
+            await super().admit(checks, holder)  # Redis ran the script and took the slot ...
+            if lost == "cancelled":
+                raise asyncio.CancelledError()  # ... and the request was cancelled before its answer was read
+            raise CountersError(f"Redis at {self.where}: TimeoutError")  # ... but its answer never came
+
+    config = LimitsConfig(redis=redis_support.URL, key_prefix=prefix, on_redis_error="closed",
+                          rules=[{"per": "user", "concurrent": 1}])
+    registry = CollectorRegistry()
+
+    async def scenario() -> list[str]:
+        limits = Limits(config, Interrupted(redis_support.URL, password=None, username=None, timeout=2), registry, hold_seconds=600)
+        with pytest.raises(asyncio.CancelledError if lost == "cancelled" else Unavailable):
+            await limits.admit(Identity(user_id="alice"), "assistant", "scripted-model")
+        held = redis_support.keys(prefix)
+        await limits.close()  # waits for the release and sends it
+        return held
+
+    assert asyncio.run(scenario()) == [f"{prefix}inflight:user:alice"]
+    assert redis_support.keys(prefix) == []
