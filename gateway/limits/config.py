@@ -94,18 +94,25 @@ class LimitsConfig(_Strict):
 
 
 def reference_problems(data: Any) -> list[tuple[str, str]]:
-    """(dotted path, message) for a `limits` rule naming a route that does not exist, and a budget
-    on a route whose upstream model has no price (its spend would never count). Read from the raw
-    YAML data, beside gateway.config's own reference checks."""
+    """(dotted path, message) for a `limits` rule naming a route that does not exist, a budget on a
+    route whose upstream model has no price (its spend would never count), and a `per: key` rule
+    with `auth.mode: none` (every bearer string is accepted there, so the caller would choose its
+    own counter). Read from the raw YAML data, beside gateway.config's own reference checks."""
     limits = data.get("limits") if isinstance(data, dict) else None
     if not isinstance(limits, dict) or not isinstance(limits.get("rules"), list):
         return []
     routes = {r.get("model"): r for r in data.get("routes") or [] if isinstance(r, dict)}
     prices = limits.get("prices") if isinstance(limits.get("prices"), dict) else {}
+    auth = data.get("auth")
+    auth_off = not isinstance(auth, dict) or auth.get("mode", "none") == "none"
     problems: list[tuple[str, str]] = []
     for i, rule in enumerate(limits["rules"]):
         if not isinstance(rule, dict):
             continue
+        if auth_off and rule.get("per") == "key":
+            problems.append((f"limits.rules.{i}.per", "with auth.mode none every bearer string is accepted, so a "
+                             "per-key rule would count whatever string a caller sends (a new one each time is never "
+                             "limited): use per: route, or turn authentication on"))
         route = rule.get("route")
         if route is not None and route not in routes:
             problems.append((f"limits.rules.{i}.route", f"names route {route!r}, which is not defined in 'routes'"))

@@ -167,6 +167,9 @@ BASE = {"upstreams": [{"name": "u", "kind": "inspect"}], "routes": [{"model": "m
      "limits.rules.0.route: names route 'nope', which is not defined in 'routes'"),
     ({"rules": [{"per": "org", "budget": {"usd": 5}}]},
      "limits.rules.0.budget: route 'm' calls upstream model 'gpt-x', which has no entry in limits.prices"),
+    ({"rules": [{"per": "key", "requests_per_minute": 5}]},  # BASE has no auth: every bearer string is accepted
+     "limits.rules.0.per: with auth.mode none every bearer string is accepted, so a per-key rule would count whatever "
+     "string a caller sends (a new one each time is never limited): use per: route, or turn authentication on"),
 ])
 def test_an_invalid_limits_section_stops_start_up_naming_the_key(limits: dict, problem: str) -> None:
     # R: O2
