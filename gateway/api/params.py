@@ -97,8 +97,10 @@ class LogitBias:
     expected: str = "an object of token ids to integers from -100 to 100"
 
     def accepts(self, value: Any) -> bool:
-        bias = Integer(-100, 100)
-        return isinstance(value, dict) and all(k.isdigit() and bias.accepts(v) for k, v in value.items())
+        return isinstance(value, dict) and all(k.isdigit() and _BIAS.accepts(v) for k, v in value.items())
+
+
+_BIAS = Integer(-100, 100)
 
 
 TOKENS = Integer(1, MAX_TOKENS)
