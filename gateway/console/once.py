@@ -13,18 +13,15 @@ fixed amount of memory and never ends a session — only sign-ins not yet comple
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from gateway.auth import fingerprint
+
 T = TypeVar("T")
-
-
-def _digest(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 class OnceTable(Generic[T]):
@@ -53,14 +50,14 @@ class OnceTable(Generic[T]):
         self._forget_stale(now)
         while len(self._table) >= self.capacity:
             self._table.popitem(last=False)
-        self._table[_digest(token)] = (now, value)
+        self._table[fingerprint(token)] = (now, value)
 
     def take(self, token: str | None) -> T | None:
         """The value of a token issued here, not taken before and not stale — it is taken now;
         None otherwise (so values are never None themselves)."""
         if not token or len(token) > 256:
             return None
-        entry = self._table.pop(_digest(token), None)
+        entry = self._table.pop(fingerprint(token), None)
         if entry is None or self._clock() - entry[0] > self.lifetime_seconds:
             return None
         return entry[1]
@@ -68,7 +65,7 @@ class OnceTable(Generic[T]):
     def discard(self, token: str | None) -> None:
         """Forget `token` if it is held (a flow that ended another way)."""
         if token:
-            self._table.pop(_digest(token), None)
+            self._table.pop(fingerprint(token), None)
 
     def _forget_stale(self, now: float) -> None:
         while self._table:
