@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -30,7 +29,6 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +43,7 @@ from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from bench.loadkit import listening_port  # noqa: E402
+from bench.procs import edited, measured_on, write_section  # noqa: E402
 from tests.support import postgres  # noqa: E402
 from tests.support.http_server import serve  # noqa: E402
 from tests.support.mcp_servers import McpServerState, http_app  # noqa: E402
@@ -197,13 +196,6 @@ def run_checkout(tree: Path, spool: bool, args: argparse.Namespace) -> Outcome:
         cluster.close()
 
 
-def edited(tree: Path) -> bool:
-    """Does `tree` hold uncommitted changes to tracked files (so its commit alone is not what ran)?"""
-    status = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
-                            capture_output=True, text=True, check=True)
-    return bool(status.stdout.strip())
-
-
 def row(label: str, o: Outcome, spool: bool) -> str:
     settled = "never" if o.lost else f"{o.settle_seconds:.1f} s" if o.settle_seconds is not None else "not in time"
     drops = ", ".join(f"{reason} {n:,.0f}" for reason, n in sorted(o.dropped.items())) or "none"
@@ -228,11 +220,8 @@ def main() -> None:
         label = f"{outcome.code}{' (before)' if tree != ROOT else ' + working tree' if edited(tree) else ''}"
         rows.append(row(label, outcome, spool))
         print(rows[-1], flush=True)
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
     table = "\n".join([
-        f"Measured {when} on {os.cpu_count()} cores, {cpu}, Python {platform.python_version()}; PostgreSQL 15 "
+        f"Measured {measured_on()}; PostgreSQL 15 "
         f"(a throwaway cluster) stopped for {args.outage:g} s; {args.sessions} MCP sessions calling `tools__echo` "
         f"through one `toolgate serve`, about {args.rate:g} calls/s, {args.lead:g} s before and after the outage.",
         "",
@@ -242,15 +231,7 @@ def main() -> None:
         *rows,
     ])
     print(table)
-    readme = Path(args.readme)
-    text = readme.read_text()
-    block = f"<!-- audit-outage:start -->\n{table}\n<!-- audit-outage:end -->"
-    if "<!-- audit-outage:start -->" in text:
-        text = re.sub(r"<!-- audit-outage:start -->.*<!-- audit-outage:end -->", lambda m: block, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n## audit log across a PostgreSQL outage\n\n" + INTRO + "\n\n" + block + "\n"
-    readme.write_text(text)
-
+    write_section("audit-outage", table, Path(args.readme), "audit log across a PostgreSQL outage", INTRO)
 
 INTRO = """Target (issue 33, O4): 0 audit records lost, none written twice, across a 30 s PostgreSQL outage
 under load. `python bench/audit_outage_bench.py --before TREE` (TREE: `git worktree add /tmp/base

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import re
 import socket
 import statistics
@@ -34,7 +33,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx2
@@ -46,6 +44,7 @@ from mcp_types import TextContent
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.procs import measured_on, write_section  # noqa: E402
 from tests.security.test_pipeline_bounds import doubling_chain  # noqa: E402
 from tests.security.test_result_bounds import FloodLog, flood_server  # noqa: E402
 from tests.support.bridge_servers import edge, graph, node, pipeline, tool_node  # noqa: E402
@@ -186,7 +185,7 @@ def chain_part(args: argparse.Namespace) -> None:
         *rows,
     ])
     print(table)
-    write_table(Path(args.readme), "bounds", table)
+    write_section("bounds", table, Path(args.readme), "pipeline bounds")
 
 
 # -- results (issue 32, N2) ------------------------------------------------------------------------
@@ -351,24 +350,7 @@ def results_part(args: argparse.Namespace) -> None:
         *(f"| {label} | " + " | ".join(rows[i] for _, rows in columns) + " |" for i, label in enumerate(what)),
     ])
     print(table)
-    write_table(Path(args.readme), "result-bounds", table)
-
-
-def measured_on() -> str:
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    return f"{when} on {os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
-
-
-def write_table(readme: Path, marker: str, table: str) -> None:
-    """Put `table` between the `marker` start and end comments of `readme` (re-read right before)."""
-    text = readme.read_text()
-    block = f"<!-- {marker}:start -->\n{table}\n<!-- {marker}:end -->"
-    text, found = re.subn(rf"<!-- {marker}:start -->.*<!-- {marker}:end -->", lambda m: block, text, flags=re.S)
-    if not found:
-        raise SystemExit(f"{readme} has no {marker} markers")
-    readme.write_text(text)
+    write_section("result-bounds", table, Path(args.readme), "result bounds")
 
 
 def main() -> None:

@@ -21,6 +21,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def measured_on() -> str:
+    """`<UTC date and time> on <machine()>`: the start of a table's "Measured …" line."""
+    from datetime import datetime, timezone
+
+    return f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} on {machine()}"
+
+
+def edited(tree: Path) -> bool:
+    """Does `tree` hold uncommitted changes to tracked files (so its commit alone is not what ran)?"""
+    status = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+                            capture_output=True, text=True, check=True)
+    return bool(status.stdout.strip())
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -64,13 +78,14 @@ class Proc:
                 self.proc.kill()
 
 
-def write_section(name: str, body: str) -> None:
-    """Replace the text between `<!-- name:start -->` and `<!-- name:end -->` in bench/README.md."""
-    text = README.read_text() if README.exists() else "# Benchmarks\n"
+def write_section(name: str, body: str, readme: Path = README, heading: str | None = None, intro: str = "") -> None:
+    """Replace the text between `<!-- name:start -->` and `<!-- name:end -->` in `readme`; where the
+    markers are missing, append them under `## heading` (default `name`) after `intro`."""
+    text = readme.read_text() if readme.exists() else "# Benchmarks\n"
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     block = f"{start}\n{body}\n{end}"
     if start in text:
         text = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
     else:
-        text = text.rstrip() + f"\n\n## {name}\n\n{block}\n"
-    README.write_text(text)
+        text = text.rstrip() + f"\n\n## {heading or name}\n\n{intro + chr(10) + chr(10) if intro else ''}{block}\n"
+    readme.write_text(text)

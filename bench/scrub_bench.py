@@ -22,10 +22,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
-import platform
 import random
-import re
 import secrets
 import statistics
 import subprocess
@@ -33,12 +30,12 @@ import sys
 import time
 import types
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.procs import measured_on, write_section  # noqa: E402
 from gateway.secrets import SecretSet  # noqa: E402
 
 WORDS = ("the tool returned a list of issues for the repository with their titles labels and authors "
@@ -149,27 +146,15 @@ def main() -> None:
         rows.append(f"| {count} | structured result (`scrub_json`, {len(records)} records) "
                     f"| 1 MB | {fmt(was)} | {fmt(now)} | no |")
         print(rows[-1], flush=True)
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
     table = "\n".join([
-        f"Measured {when} on {os.cpu_count()} cores, {cpu}, Python {platform.python_version()}; "
-        f"before = `{args.before}`, after = {after_label()}; median of {args.repeats} runs.",
+        f"Measured {measured_on()}; before = `{args.before}`, after = {after_label()}; median of {args.repeats} runs.",
         "",
         "| secrets | text | size | before | after | after redacts |",
         "|---|---|---|---|---|---|",
         *rows,
     ])
     print(table)
-    readme = Path(args.readme)
-    text = readme.read_text()
-    block = f"<!-- scrub:start -->\n{table}\n<!-- scrub:end -->"
-    if "<!-- scrub:start -->" in text:
-        text = re.sub(r"<!-- scrub:start -->.*<!-- scrub:end -->", lambda m: block, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n## scrubbing\n\n" + SECTION + "\n" + block + "\n"
-    readme.write_text(text)
-
+    write_section("scrub", table, Path(args.readme), "scrubbing", SECTION.rstrip("\n"))
 
 SECTION = """`python bench/scrub_bench.py [--before REV]`: `SecretSet.scrub` now beside the one of an
 earlier commit, on tool results with no secret, with one, built against it and made only of it.

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import re
 import secrets
 import socket
@@ -33,13 +32,16 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx2
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: the bench helpers are imported from here
+    sys.path.insert(0, str(ROOT))
+
+from bench.procs import edited, measured_on, write_section  # noqa: E402
 SESSION = "toolgate_console"
 FORM = "toolgate_console_signin"
 TOKEN = re.compile(r'name="signin_token" value="([^"]+)"')
@@ -220,13 +222,6 @@ def rows(code: str, alone: list[float], floods: list[Flood]) -> list[str]:
     return out
 
 
-def edited(tree: Path) -> bool:
-    """Does `tree` hold uncommitted changes to tracked files (so its commit alone is not what ran)?"""
-    status = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
-                            capture_output=True, text=True, check=True)
-    return bool(status.stdout.strip())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--signins", type=int, default=10_050, help="bob's sign-ins per flood (the probe: 10,050)")
@@ -240,11 +235,8 @@ def main() -> None:
         commit, alone, floods = serve_and_run(tree.resolve(), args.signins, args.concurrency, args.probes)
         label = f"{commit}{' (before)' if tree == args.before else ' + working tree' if edited(tree) else ''}"
         table_rows += rows(label, alone, floods)
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
     table = "\n".join([
-        f"Measured {when} on {os.cpu_count()} cores, {cpu}, Python {platform.python_version()}; loopback; "
+        f"Measured {measured_on()}; loopback; "
         f"{args.signins:,} sign-ins of bob per flood, {args.concurrency} at once; the other caller's `/healthz` "
         f"one request after another (median / p99 / max).",
         "",
@@ -253,11 +245,7 @@ def main() -> None:
         *table_rows,
     ])
     print(table)
-    readme = Path(args.readme)
-    text = readme.read_text()
-    block = f"<!-- signin:start -->\n{table}\n<!-- signin:end -->"
-    text = re.sub(r"<!-- signin:start -->.*<!-- signin:end -->", lambda m: block, text, flags=re.S)
-    readme.write_text(text)
+    write_section("signin", table, Path(args.readme), "console sign-in flood")
 
 
 if __name__ == "__main__":
