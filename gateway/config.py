@@ -318,6 +318,7 @@ def fallback_problems(routes: list[tuple[int, dict[str, Any]]]) -> list[tuple[st
     """Fallbacks (O1) that name no route, or that lead back to the route they start from."""
     problems: list[tuple[str, str]] = []
     graph: dict[str, list[str]] = {}
+    models = {route["model"] for _, route in routes if isinstance(route.get("model"), str)}
     for _, route in routes:
         fallbacks = route.get("fallbacks")
         if isinstance(route.get("model"), str) and isinstance(fallbacks, list):
@@ -327,7 +328,7 @@ def fallback_problems(routes: list[tuple[int, dict[str, Any]]]) -> list[tuple[st
         if not isinstance(route.get("model"), str) or not isinstance(fallbacks, list):
             continue
         for k, name in enumerate(fallbacks):
-            if isinstance(name, str) and name not in graph and name not in {r.get("model") for _, r in routes}:
+            if isinstance(name, str) and name not in models:
                 problems.append((f"routes.{i}.fallbacks.{k}", f"names route {name!r}, which is not defined in 'routes'"))
         cycle = _cycle_from(route["model"], graph)
         if cycle:
