@@ -15,8 +15,7 @@ from pydantic import AfterValidator, BaseModel
 from pydantic.fields import FieldInfo
 
 from gateway.secret_forms import MIN_ENCODED_FORM, SecretIndex
-from gateway.secret_forms import REDACTED as REDACTED  # the scrubbing rules live in gateway.secret_forms
-from gateway.secret_forms import secret_forms as secret_forms
+from gateway.secret_forms import secret_forms as secret_forms  # the scrubbing rules live in gateway.secret_forms
 
 M = TypeVar("M", bound=BaseModel)
 
