@@ -37,7 +37,7 @@ from gateway.gateway import Gateway
 from gateway.identity import Identity
 from gateway.logs import request_id_var
 from gateway.metrics_access import MetricsAccess
-from gateway.tracing import TracingMiddleware, build_tracing, traced_upstream
+from gateway.tracing import TracedUpstream, TracingMiddleware, build_tracing
 
 log = logging.getLogger("toolgate.http")
 
@@ -161,7 +161,7 @@ def create_app(config: Config) -> FastAPI:
     if tracing is not None:
         gateway.http.event_hooks["request"].append(tracing.inject_headers)  # traceparent to upstreams
         for served in gateway.routes.values():
-            served.upstream = traced_upstream(served.upstream, True)
+            served.upstream = TracedUpstream(served.upstream)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

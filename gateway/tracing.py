@@ -85,10 +85,6 @@ class Tracing:
         if _active.get() is self:
             self.propagator.inject(request.headers)
 
-    def force_flush(self, timeout_millis: int = 10_000) -> bool:
-        """Export every ended span now (blocking)."""
-        return self.provider.force_flush(timeout_millis)
-
     async def shutdown(self) -> None:
         """Flush and stop the exporter thread, off the event loop (an export may take seconds)."""
         await asyncio.to_thread(self.provider.shutdown)
@@ -136,11 +132,6 @@ class _NoSpan:
 
 
 NO_SPAN = _NoSpan()
-
-
-def active() -> Tracing | None:
-    """The tracing of the request being served, None when tracing is off."""
-    return _active.get()
 
 
 def span(name: str, attributes: dict[str, Any] | None = None, *, client: bool = False) -> Any:
@@ -341,11 +332,6 @@ def _record_response(current: Any, result: dict[str, Any], finish: list[Any]) ->
         for key, attribute in (("prompt_tokens", "gen_ai.usage.input_tokens"), ("completion_tokens", "gen_ai.usage.output_tokens")):
             if isinstance(usage.get(key), int):
                 current.set_attribute(attribute, usage[key])
-
-
-def traced_upstream(upstream: Upstream, tracing_on: bool) -> Upstream:
-    """`upstream`, wrapped in a `TracedUpstream` when tracing is on (untouched when off)."""
-    return TracedUpstream(upstream) if tracing_on else upstream
 
 
 def mcp_call_span(method: str, target: str | None, server: str, arguments: Any = None) -> Any:
