@@ -142,16 +142,22 @@ class Deployments:
         try:
             result = await work
         except GatewayError as exc:
-            self._count(deployment, exc.code)
-            if isinstance(exc, RETRIABLE):
-                deployment.breaker.failed(self.clock(), getattr(exc, "retry_after", None))
-            else:
-                deployment.breaker.succeeded()  # it answered: the request was at fault
+            self._failed(deployment, exc)
             raise
         except BaseException:
             deployment.breaker.abandoned()
             raise
         return result
+
+    def _failed(self, deployment: Deployment, exc: GatewayError) -> None:
+        """An attempt's error, fed to the metric and the breaker: a `RETRIABLE` one counts against the
+        deployment; any other means it answered (the request was at fault), so it closes the breaker
+        and a probe's slot is not left taken."""
+        self._count(deployment, exc.code)
+        if isinstance(exc, RETRIABLE):
+            deployment.breaker.failed(self.clock(), getattr(exc, "retry_after", None))
+        else:
+            deployment.breaker.succeeded()
 
     def _count(self, deployment: Deployment, outcome: str) -> None:
         self._calls.labels(deployment.upstream.name, deployment.label, outcome).inc()
@@ -210,11 +216,7 @@ class Deployments:
                 async for batch in batches:
                     yield batch
         except GatewayError as exc:
-            self._count(deployment, exc.code)
-            if isinstance(exc, RETRIABLE):
-                deployment.breaker.failed(self.clock())
-            else:
-                deployment.breaker.succeeded()  # it answered (as in `_guarded`); a probe's slot is not left taken
+            self._failed(deployment, exc)
             raise
         except BaseException:  # the client left mid-stream: no verdict on the deployment
             deployment.breaker.abandoned()
