@@ -25,7 +25,6 @@ from gateway.bridge.audit_args import Scrub
 from gateway.bridge.federation import CallerScope, Federation
 from gateway.bridge.gate import CallerGate
 from gateway.bridge.handlers import BridgeHandlers
-from gateway.bridge.limits import BridgeLimits
 from gateway.bridge.sessions import caller_key
 from gateway.bridge.store import BridgeStore
 from gateway.bridge.upstream import UpstreamCallFailed, Upstreams
@@ -37,11 +36,11 @@ class EditorApi:
 
     def __init__(
         self, store: BridgeStore, federation: Federation, upstreams: Upstreams, handlers: BridgeHandlers,
-        authenticate: Authenticate, *, scrub: Scrub, gate: CallerGate | None = None,
+        authenticate: Authenticate, *, scrub: Scrub, gate: CallerGate,
     ) -> None:
         """`gate`: the callers' outbound slots the handlers use too (one caller's listings here and
         its MCP operations share them)."""
-        self._gate = gate if gate is not None else CallerGate(BridgeLimits().outboundPerCaller)
+        self._gate = gate
         self._store = store
         self._federation = federation
         self._upstreams = upstreams
