@@ -18,7 +18,7 @@ from typing import Any
 
 from gateway.content import message_text
 from gateway.errors import GuardBlocked
-from gateway.tracing import NO_SPAN, span
+from gateway.tracing import span
 from gateway.plugins import (
     AnswerFilter, ChatRequest, ChatResponse, Hold, InspectItem, Plugin, PluginContext, PluginEnv, ToolCall,
 )
@@ -159,7 +159,7 @@ class PromptGuardPlugin(Plugin):
                         await self.inspect(ctx, InspectItem("client_message", "client", str(role), text))
         return request
 
-    def _count(self, verdict: str, kind: str, current: Any = NO_SPAN) -> None:
+    def _count(self, verdict: str, kind: str, current: Any) -> None:
         current.set_attribute("toolgate.guard.verdict", verdict)
         self.counts[verdict] = self.counts.get(verdict, 0) + 1
         if self._metrics is not None:
