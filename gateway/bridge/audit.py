@@ -216,8 +216,6 @@ class AuditWriter:
         try:
             for start in range(0, len(segment.records), _BATCH):
                 await self._store.append_audit(segment.records[start:start + _BATCH])
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:  # kept in the spool: tried again after the pause
             self._failed(exc, 0)
             return
