@@ -204,7 +204,7 @@ def main() -> None:
             lines.append(f"| {label} | {key} | {m['injection']} | {m['benign']} | "
                          + " | ".join(f"{pct(c['recall'])} | {pct(c['fpr'])}" for c in cells) + " |")
     lines += ["", "Data: " + ", ".join(f"`{HELDOUT_FILES[n].relative_to(ROOT.parent)}` ({len(r)} rows)" for n, r in files.items())
-              + "; provenance in `plugins/prompt_guard/DATA.md`. Only tool-output rows (every kind but `prompt`) are "
+              + "; provenance in `training/DATA.md`. Only tool-output rows (every kind but `prompt`) are "
               f"counted. Latency: {len(small)} different 4 KB benign held-out tool results x {rounds} rounds; "
               f"p50/p99 across the results, each result's time the median of its rounds. 1 MB document: its size "
               f"over the median time of {3 if args.quick else 9} scans interleaved across the scanners.", ""]

@@ -35,7 +35,7 @@ def e5_work_folder(tmp_path: Path) -> Path:
 
 def test_soft_targets_mix_the_teachers_verdict_into_the_label_only_where_it_read() -> None:
     # R: P6
-    from plugins.prompt_guard.training.neural import soft_targets
+    from training.neural import soft_targets
 
     got = soft_targets([1, 0, 1, 0, 1], [0.0, 60.0, math.nan, -60.0, math.log(3)], 0.5)
     assert list(got) == pytest.approx([0.75, 0.5, 1.0, 0.0, 0.875])
@@ -47,7 +47,7 @@ def test_teach_scores_english_training_windows_with_the_teacher_and_leaves_the_r
     # R: P6, P7 — the teacher's verdicts are on training windows only: validation rows stay unread
     import numpy
 
-    from plugins.prompt_guard.training.neural import prepare, teach
+    from training.neural import prepare, teach
 
     work = e5_work_folder(tmp_path)
     rows = [
@@ -76,7 +76,7 @@ def test_teach_leaves_the_windows_of_skipped_kinds_unread(tmp_path: Path, capsys
     # R: P6 — `teach --skip-kinds code,file,doc,web` keeps the teacher off documentation and code
     import numpy
 
-    from plugins.prompt_guard.training.neural import prepare, teach
+    from training.neural import prepare, teach
 
     work = e5_work_folder(tmp_path)
     rows = [
@@ -113,7 +113,7 @@ def test_teach_scores_each_row_alone_as_the_runtime_scores_an_item(tmp_path: Pat
     # R: P6 — the teacher's verdict on a window does not depend on the other rows it is read with
     import numpy
 
-    from plugins.prompt_guard.training.neural import prepare, teach
+    from training.neural import prepare, teach
 
     work = e5_work_folder(tmp_path)
     data = tmp_path / "rows.jsonl"
@@ -133,7 +133,7 @@ def test_mine_scores_each_window_alone_and_draws_the_wrong_ones_more_often(tmp_p
     import numpy
 
     from plugins.prompt_guard.neural import Window
-    from plugins.prompt_guard.training.neural import mine, prepare
+    from training.neural import mine, prepare
 
     work = e5_work_folder(tmp_path)
     data = tmp_path / "rows.jsonl"

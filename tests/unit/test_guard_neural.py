@@ -272,7 +272,7 @@ def test_splitting_fused_layer_norms_keeps_the_outputs_and_the_shipped_model_is_
     import onnxruntime
     from onnx import TensorProto, helper, numpy_helper
 
-    from plugins.prompt_guard.training.neural import split_skip_layer_norm
+    from training.neural import split_skip_layer_norm
 
     rng = numpy.random.default_rng(3)
     weights = [numpy_helper.from_array(rng.normal(size=8).astype(numpy.float32), name) for name in ("gamma", "beta", "bias")]
@@ -366,8 +366,8 @@ async def start(guard: PromptGuardPlugin, base_dir: Path | None = None) -> Promp
 
 def test_the_window_budget_is_measured_on_validation_rows_only(tmp_path: Path) -> None:
     # R: P7 — the tool that chose the default budget reads the rows training kept out, no others
-    from plugins.prompt_guard.training.neural import is_validation
-    from plugins.prompt_guard.training.window_budget import CachedDetector, validation_rows
+    from training.neural import is_validation
+    from training.window_budget import CachedDetector, validation_rows
 
     texts = [f"{PROSE} row {i}" for i in range(1000)]
     data = tmp_path / "train.jsonl"
@@ -392,8 +392,8 @@ def test_the_window_budget_is_measured_on_validation_rows_only(tmp_path: Path) -
 
 def test_rows_of_a_source_kept_out_whole_are_all_validation_and_never_training(tmp_path: Path) -> None:
     # R: P7 — a validation slice of whole sources the model never saw, beside the hash split
-    from plugins.prompt_guard.training.neural import PROMPT_DOC_SOURCES, UNSEEN_SOURCES, is_validation, validation_slice
-    from plugins.prompt_guard.training.window_budget import validation_rows
+    from training.neural import PROMPT_DOC_SOURCES, UNSEEN_SOURCES, is_validation, validation_slice
+    from training.window_budget import validation_rows
 
     unseen = sorted(UNSEEN_SOURCES)[0]
     rows = [{"text": f"{PROSE} row {i}", "label": "benign", "kind": "file", "source": src}
@@ -416,7 +416,7 @@ def test_the_threshold_keeps_the_false_alarms_of_every_validation_slice_within_t
         tmp_path: Path, binding: str, capsys: pytest.CaptureFixture[str]) -> None:
     # R: P7 — calibrate chooses the threshold on validation only, and a slice of whole sources
     # (unseen sources, documents about prompts) binds it when its benign rows look hostile
-    from plugins.prompt_guard.training.neural import SOURCE_SLICES, calibrate
+    from training.neural import SOURCE_SLICES, calibrate
 
     kept_out = sorted(SOURCE_SLICES[binding])[0]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from plugins.prompt_guard.training.round4 import build_round4, fragments_heldout, fragments_train, redteam
+from training.round4 import build_round4, fragments_heldout, fragments_train, redteam
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "data"
 KINDS = {"code", "web", "file", "email", "ticket", "chat", "calendar", "notice", "tool_output", "doc"}

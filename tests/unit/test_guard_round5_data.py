@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from plugins.prompt_guard.training.round5 import build_round5
-from plugins.prompt_guard.training.round5 import fragments_train as f5
-from plugins.prompt_guard.training.round6.build_round6 import strings_in
+from training.round5 import build_round5
+from training.round5 import fragments_train as f5
+from training.round6.build_round6 import strings_in
 
 PLACEHOLDER = re.compile(r"\{\w+\}")
 WORDINGS = {("injection", "en"): f5.INJ_EN, ("injection", "fr"): f5.INJ_FR, ("injection", "uk"): f5.INJ_UK,
@@ -118,7 +118,7 @@ def test_hard_benign_sentences_sit_in_benign_and_injected_documents(rows: list[d
 
 def test_no_round5_wording_or_address_comes_from_the_round4_heldout_material() -> None:
     # R: P7
-    from plugins.prompt_guard.training.round4 import fragments_heldout, redteam
+    from training.round4 import fragments_heldout, redteam
 
     held = [s for mod in (fragments_heldout, redteam) for name, v in vars(mod).items()
             if not name.startswith("__") for s in strings_in(v)]
@@ -142,7 +142,7 @@ def test_no_round5_wording_or_address_comes_from_the_round4_heldout_material() -
 def test_composed_rows_share_no_eight_word_sequence_with_the_round4_heldout_material(
         rows: list[dict[str, Any]]) -> None:
     # R: P7
-    from plugins.prompt_guard.training.round4 import fragments_heldout, redteam
+    from training.round4 import fragments_heldout, redteam
 
     held = [s for mod in (fragments_heldout, redteam) for name, v in vars(mod).items()
             if not name.startswith("__") for s in strings_in(v)] + [r["text"] for r in redteam.rows()]

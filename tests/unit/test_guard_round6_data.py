@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from plugins.prompt_guard.training.round6 import build_round6 as b6
+from training.round6 import build_round6 as b6
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench" / "data"
@@ -36,7 +36,7 @@ def _grams(text: str) -> set[str]:
 
 
 def _heldout_grams() -> set[str]:
-    from plugins.prompt_guard.training.round4 import fragments_heldout, redteam
+    from training.round4 import fragments_heldout, redteam
 
     texts = [json.loads(line)["text"] for f in sorted(BENCH.glob("guard_heldout*.jsonl"))
              for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]

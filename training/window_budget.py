@@ -2,7 +2,7 @@
 
 Run by hand (never in CI), on the training files of DATA.md:
 
-    python -m plugins.prompt_guard.training.window_budget --data D/train.jsonl \\
+    python -m training.window_budget --data D/train.jsonl \\
         --data D/train_round4.jsonl --data D/short.jsonl [--budgets 1 2 3 4 8]
 
 Reads only the validation rows of those files (`neural.is_validation`: the rows the model never
@@ -25,7 +25,7 @@ from plugins.prompt_guard.config import PromptGuardConfig
 from plugins.prompt_guard.evaluation import Tally, pct
 from plugins.prompt_guard.neural import DEFAULT_DIR, NeuralDetector, Window, model_text
 from plugins.prompt_guard.plugin import build_guard
-from plugins.prompt_guard.training.neural import SOURCE_SLICES, is_validation, validation_slice
+from training.neural import SOURCE_SLICES, is_validation, validation_slice
 
 
 def validation_rows(files: Sequence[Path]) -> list[dict[str, str]]:

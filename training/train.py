@@ -1,6 +1,6 @@
 """Train the shipped classifier (run by hand; needs numpy and scipy, which the gateway does not).
 
-    python -m plugins.prompt_guard.training.train --data /tmp/pg/data/train.jsonl \
+    python -m training.train --data /tmp/pg/data/train.jsonl \
         --out plugins/prompt_guard/model/classifier_round3.json
 
 (Round 3 defaults; about 10 minutes on one core.) The round-2 model `model/classifier.json`
@@ -167,7 +167,7 @@ def train(rows: list[dict[str, Any]], cfg: Settings) -> LinearModel:
         w, b = fit(x, y, weight, l2)
     kept = {g: round(float(v), 4) for g, v in zip(names, w) if abs(v) >= PRUNE}
     print(f"kept {len(kept)} weights, bias {b:.3f}")
-    meta = {"trained_on": "see plugins/prompt_guard/DATA.md", "windows": len(samples),
+    meta = {"trained_on": "see training/DATA.md", "windows": len(samples),
             "features": "word 1-2 grams", "l2": cfg.l2, "doc_weight": cfg.doc_weight,
             "unigram_l2_factor": cfg.unigram_l2_factor, "mil_top": cfg.mil_top}
     return LinearModel(kept, round(b, 4), cfg.window, meta, floor=cfg.floor)

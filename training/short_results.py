@@ -1,6 +1,6 @@
 """Short tool results for the neural detector's training (round 4b): what tools return most often.
 
-    python -m plugins.prompt_guard.training.short_results --train /tmp/pg/data/train.jsonl --out short.jsonl
+    python -m training.short_results --train /tmp/pg/data/train.jsonl --out short.jsonl
 
 The first neural model flagged tiny benign results such as `{"said": "conv-1 turn 0"}` (score
 0.52–0.55): the training documents were slices of 300–3000 characters, so short structured

