@@ -188,10 +188,11 @@ class AuthConfig(_Strict):
 
 class UpstreamConfig(_Strict):
     """Where models live. `openai`: any OpenAI-compatible base (fast path); `litellm`: any
-    provider litellm knows (imported lazily); `inspect`: echoes what the model would receive."""
+    provider litellm knows (imported lazily); `inspect`: echoes what the model would receive;
+    `demo`: a scripted model that calls an offered tool and answers from its result (no key)."""
 
     name: str = Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$")
-    kind: Literal["openai", "litellm", "inspect"]
+    kind: Literal["openai", "litellm", "inspect", "demo"]
     api_base: str | None = None
     api_key: SecretRef | None = None
     timeout_seconds: float = Field(default=120, gt=0)

@@ -20,6 +20,7 @@ from gateway.secrets import SecretSet, resolve_secret
 from gateway.upstream.base import Upstream
 from gateway.upstream.breaker import Breaker
 from gateway.upstream.deployments import Deployment, Deployments, Pool
+from gateway.upstream.demo import DemoUpstream
 from gateway.upstream.inspect import InspectUpstream
 from gateway.upstream.litellm_upstream import LiteLLMUpstream, import_litellm
 from gateway.upstream.openai_compat import OpenAICompatUpstream
@@ -43,6 +44,8 @@ def _upstream(config: UpstreamConfig, base: Config, http: httpx2.AsyncClient, se
         return OpenAICompatUpstream(config.name, config.api_base, key, config.timeout_seconds, http)
     if config.kind == "litellm":
         return LiteLLMUpstream(config.name, config.api_base, key, config.timeout_seconds)
+    if config.kind == "demo":
+        return DemoUpstream(config.name)
     return InspectUpstream(config.name)
 
 

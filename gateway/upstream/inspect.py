@@ -1,7 +1,8 @@
 """The built-in `inspect` upstream: answers with exactly what the model would have received.
 
 Operators use it to see what the plugin chain did (prefetch blocks, resources, tools offered);
-it is also the demo's model, so the gateway runs with no API key.
+with the `demo` upstream (gateway.upstream.demo, a scripted tool-using model) it lets the
+gateway run with no API key.
 """
 
 from __future__ import annotations
@@ -35,16 +36,18 @@ def render(body: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def usage(body: dict[str, Any], text: str) -> dict[str, int]:
+    """Token counts of a built-in model's turn, counted as words (of the messages; of `text`)."""
+    prompt = sum(len(message_text(m.get("content"), placeholders=True).split()) for m in body.get("messages", []) if isinstance(m, dict))
+    completion = len(text.split())
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
 class InspectUpstream:
     """Never calls tools; its answer is `render(body)`."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-
-    def _usage(self, body: dict[str, Any], text: str) -> dict[str, int]:
-        prompt = sum(len(message_text(m.get("content"), placeholders=True).split()) for m in body.get("messages", []) if isinstance(m, dict))
-        completion = len(text.split())
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         text = render(body)
@@ -54,7 +57,7 @@ class InspectUpstream:
             "created": int(time.time()),
             "model": str(body.get("model")),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": self._usage(body, text),
+            "usage": usage(body, text),
         }
 
     async def stream(self, body: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
@@ -64,7 +67,7 @@ class InspectUpstream:
         for line in text.splitlines(keepends=True):
             batch.append({**base, "choices": [{"index": 0, "delta": {"content": line}, "finish_reason": None}]})
         batch.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-        batch.append({**base, "choices": [], "usage": self._usage(body, text)})
+        batch.append({**base, "choices": [], "usage": usage(body, text)})
         yield batch
 
     async def aclose(self) -> None:

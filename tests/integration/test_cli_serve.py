@@ -58,8 +58,9 @@ def test_demo_config_serves_the_inspect_model_and_logs_json() -> None:
     with serving() as served:
         sdk = openai.OpenAI(base_url=served.url + "/v1", api_key="unused", max_retries=0)
         models = [m.id for m in sdk.models.list().data]
-        answer = sdk.chat.completions.create(model=models[0], messages=[{"role": "user", "content": "What is toolgate?"}],
+        answer = sdk.chat.completions.create(model="inspect", messages=[{"role": "user", "content": "What is toolgate?"}],
                                              extra_headers={"x-request-id": "cli-test-1"})
+    assert models == ["demo", "inspect"]
     assert "--- message" in (answer.choices[0].message.content or "")
     assert "What is toolgate?" in (answer.choices[0].message.content or "")
     logs = [json.loads(line) for line in served.stderr.splitlines() if line.startswith("{")]
