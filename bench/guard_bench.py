@@ -46,7 +46,7 @@ KEYWORDS = [
 TOOL_KINDS = {"code", "email", "web", "file", "ticket", "tool_output"}
 WIDE_BUDGET = 8
 """The neural detector's window budget before it was chosen for the 4 KB latency target
-(docs/prompt_guard.md, "Window budget"): measured beside the default with `--wide`."""
+(docs/model_card.md, "Window budget"): measured beside the default with `--wide`."""
 
 
 def keyword_scan(text: str) -> bool:

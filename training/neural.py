@@ -90,12 +90,12 @@ PROMPT_DOC_SOURCES = frozenset({
 two 2026-12-02 multilingual runs did not train on them); langchain-core's were added after the
 second run (chosen before any model trained without them), because that run's false alarms on
 held-out documents about prompts (5.4 %) were invisible to a validation split with 147 such rows,
-93 of them in a slice of 819 (docs/prompt_guard.md, "The multilingual model, second run").
+93 of them in a slice of 819 (HISTORY.md, "The multilingual model, second run").
 Five of round 9's libraries (agent frameworks with tools and MCP clients: OpenAI Agents in Python
 and TypeScript, kept together as kin, Agno, Letta, Semantic Kernel) were added on 2026-12-02 before
 the fifth run (chosen before any model trained without them), because the fourth candidate's three
 more false alarms on held-out documents about prompts were again invisible to a slice of two
-libraries (docs/prompt_guard.md, "The multilingual model, fifth run")."""
+libraries (HISTORY.md, "The multilingual model, fifth run")."""
 
 
 SOURCE_SLICES = {"unseen-source": UNSEEN_SOURCES, "prompt-docs": PROMPT_DOC_SOURCES}
@@ -434,7 +434,7 @@ def split_skip_layer_norm(path: Path) -> int:
     each residual Add + bias + LayerNorm into) as `Add` nodes and a standard `LayerNormalization`,
     in place: the same arithmetic, but onnxruntime 1.32's CPU kernel for the fused node spent a
     quarter of the model's time (0.44 ms a node for 2 x 128 tokens) and the model as rewritten
-    runs about 20 % faster on one core (docs/prompt_guard.md, "Window budget"). Returns the
+    runs about 20 % faster on one core (docs/model_card.md, "Window budget"). Returns the
     number of nodes rewritten."""
     import onnx
     from onnx import helper

@@ -39,7 +39,7 @@ HARD_ROUNDS = 2
 class Settings:
     """Training knobs. The defaults built `model/classifier_round3.json` (round 3); the default
     `model/classifier.json` is round 2 (l2 10, floor 0.8, no multiple-instance step, round-2
-    data), see docs/prompt_guard.md."""
+    data), see docs/model_card.md."""
 
     window: int = 24
     l2: float = 20.0

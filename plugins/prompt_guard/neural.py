@@ -39,16 +39,16 @@ OVERLAP_TOKENS = 16
 EDGE_TOKENS = WINDOW_TOKENS // 2
 """Tokens of the head window and of the tail window of a text longer than the budget ([CLS] and
 [SEP] included). On the validation split, half windows there lost no recall against full ones
-(docs/prompt_guard.md, "Window budget") and leave a full window for the most suspicious part."""
+(docs/model_card.md, "Window budget") and leave a full window for the most suspicious part."""
 DEFAULT_MAX_WINDOWS = 2
 """The default budget: 2 x 128 tokens, 18-35 ms of model time on one core depending on the CPU
 (issue 10's 4 KB target is 25 ms; bench/README.md); chosen on the validation split
-(docs/prompt_guard.md, "Window budget")."""
+(docs/model_card.md, "Window budget")."""
 DEFAULT_DIR = Path(__file__).parent / "model" / "neural"
 SHIPPED_MODELS = {"default": DEFAULT_DIR, "high_recall": Path(__file__).parent / "model" / "neural_high_recall"}
 """The neural models in the package, by the name `neural.model` picks: `default` (multilingual-e5-small,
 6 layers, rounds 2-9, the eighth candidate; since 2026-12-02) and `high_recall` (MiniLM, round 6: more
-recall and more false alarms on held-out data; docs/prompt_guard.md). An ensemble of them
+recall and more false alarms on held-out data; docs/model_card.md). An ensemble of them
 (`EnsembleDetector`) is a folder whose model.json `training/ensemble.py` writes, named by
 `neural.model_dir`."""
 FORMAT = "toolgate-guard-neural/1"

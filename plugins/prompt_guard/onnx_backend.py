@@ -81,7 +81,7 @@ def session_options(ort: Any, threads: int | None = None, flags: frozenset[str] 
     exactly without it, and with it loses its fast kernel (the shipped model on 2 x 128 tokens:
     49.3 ms with it, 27.5 ms without, the same outputs, on an AMD EPYC with AVX-512 VNNI), so the
     option is set only where `needs_exact_int8_option` says so for `flags` (default: this CPU's)
-    (docs/prompt_guard.md, "Window budget"). Errors only in the log: no optimizer chatter."""
+    (docs/model_card.md, "Window budget"). Errors only in the log: no optimizer chatter."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
     if needs_exact_int8_option(cpu_flags() if flags is None else flags):

@@ -55,7 +55,7 @@ def test_the_shipped_guard_does_not_regress_on_held_out_tool_output() -> None:
     # this subset at the default budget of 2 windows; the eighth before it: 0.749 / 0.005; the
     # third run: 0.735 / 0.0125; the round-4 MiniLM model: 0.675 / 0.020; the previous scorer:
     # 0.735 / 0.148), not the targets of 0.90 and 0.01, which the shipped model does not reach yet
-    # (see docs/prompt_guard.md).
+    # (see docs/model_card.md).
     # The floors sit a point or so below today's figures: int8 activations are quantised per batch
     # in float kernels that differ by CPU, so a few rows near the threshold may flip on another
     # machine; a real regression moves more. (On an AVX2-only CPU the session option of
