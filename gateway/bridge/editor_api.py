@@ -1,7 +1,10 @@
 """What the graph editor (C3) needs beyond the CRUD routes of `api`:
 
     GET  /connections/{id}/tools   the connection's tools with their input schemas (a tool node's ports)
-    POST /bridges/{id}/run         {name, arguments}: run one of the bridge's saved pipelines
+    POST /bridges/{id}/run         {name, arguments}: run one of the bridge's saved pipelines, with
+                                   what each node did (C5)
+    GET  /bridges/{id}/runs        ?pipeline=<name>&limit=<n ≤ 100>: the bridge's runs, newest first,
+                                   read from the audit log (every caller's runs of this bridge)
 
 A listing waits for one of the caller's outbound slots (gate.py, `outboundPerCaller`), as an MCP
 operation does. A run goes through the same handler as a `tools/call` on `/mcp/<bridgeId>`: the same
@@ -25,6 +28,8 @@ from gateway.bridge.audit_args import Scrub
 from gateway.bridge.federation import CallerScope, Federation
 from gateway.bridge.gate import CallerGate
 from gateway.bridge.handlers import BridgeHandlers
+from gateway.bridge.records import AuditQuery, AuditRecord
+from gateway.bridge.run_report import public_nodes, run_entry
 from gateway.bridge.sessions import caller_key
 from gateway.bridge.store import BridgeStore
 from gateway.bridge.upstream import UpstreamCallFailed, Upstreams
@@ -49,10 +54,11 @@ class EditorApi:
         self._scrub = scrub
 
     def routes(self) -> list[BaseRoute]:
-        """The two routes."""
+        """The editor's routes."""
         return [
             Route("/connections/{connection_id}/tools", rendered(self.list_tools, self._scrub), methods=["GET"]),
             Route("/bridges/{bridge_id}/run", rendered(self.run, self._scrub), methods=["POST"]),
+            Route("/bridges/{bridge_id}/runs", rendered(self.runs, self._scrub), methods=["GET"]),
         ]
 
     async def list_tools(self, request: Request) -> Response:
@@ -74,7 +80,9 @@ class EditorApi:
 
     async def run(self, request: Request) -> Response:
         """POST /bridges/{id}/run: the pipeline's result, or the failure it ended with (`node <id>
-        (<tool>) failed`) — either way `200` with `isError`, as an MCP client would read it."""
+        (<tool>) failed: <reason>`) — either way `200` with `isError`, as an MCP client would read
+        it — and `nodes`: what each node of the run plan did, its values bounded and scrubbed (C5,
+        run_report.py)."""
         caller = await caller_of(request, self._auth)
         bridge_id = request.path_params["bridge_id"]
         bridge = await visible_bridge(self._store, addressed(request, caller.owners), bridge_id)
@@ -86,8 +94,50 @@ class EditorApi:
         graph = await self._handlers.graph(scope)
         if graph is None or graph.pipeline_named(name) is None:
             raise NotFound(f"bridge {bridge_id} has no saved pipeline named {name[:64]!r}")
-        result = await self._handlers.call_tool(scope, name, arguments)
-        return JSONResponse(result_json(result))
+        result, trace = await self._handlers.call_traced(scope, name, arguments)
+        return JSONResponse({**result_json(result), "nodes": public_nodes(trace, self._scrub)})
+
+    async def runs(self, request: Request) -> Response:
+        """GET /bridges/{id}/runs: the bridge's pipeline runs, newest first (C5), from their audit
+        records (`mcp.pipeline_call` of scope `bridge:<id>` whose `$bridge` owner is this bridge's:
+        ids are per owner). Every member who sees the bridge sees every caller's runs of it."""
+        caller = await caller_of(request, self._auth)
+        bridge = await visible_bridge(self._store, addressed(request, caller.owners), request.path_params["bridge_id"])
+        pipeline = request.query_params.get("pipeline")
+        limit = _limit(request.query_params.get("limit"))
+        found: list[dict[str, Any]] = []
+        before: int | None = None
+        for _ in range(RUN_PAGES):  # other owners' bridges of the same id share the scope: filtered here
+            query = AuditQuery(actor_id=None, action="mcp.pipeline_call", scope=f"bridge:{bridge.id}",
+                               resource=pipeline, before=before, limit=RUN_PAGE)
+            page = await self._store.query_audit(query)
+            found += [run_entry(r) for r in page if _bridge_owner(r) == bridge.owner]
+            if len(found) >= limit or len(page) < RUN_PAGE:
+                break
+            before = page[-1].seq
+        return JSONResponse({"data": found[:limit]})
+
+
+RUN_PAGE = 200
+"""Audit records read per query of a run history."""
+
+RUN_PAGES = 10
+"""At most this many pages are read for one history (records of other owners' same-named bridges
+in between are skipped, so a history can come back shorter than `limit`, never unbounded work)."""
+
+
+def _limit(value: str | None) -> int:
+    """`?limit=`: 1 to 100, default 20."""
+    if value is None:
+        return 20
+    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= 100:
+        raise BadRequest("limit: a whole number from 1 to 100")
+    return int(value)
+
+
+def _bridge_owner(record: AuditRecord) -> str | None:
+    marker = record.args.get("$bridge")
+    return marker.get("owner") if isinstance(marker, dict) else None
 
 
 def result_json(result: types.CallToolResult) -> dict[str, Any]:

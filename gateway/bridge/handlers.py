@@ -20,10 +20,11 @@ from gateway.bridge.audit_args import is_mutating, reduce_args
 from gateway.bridge.federation import CallerScope, Federation
 from gateway.bridge.gate import CallerGate
 from gateway.bridge.graph import Graph, Pipeline, is_tool_name, pipeline_input_schema
-from gateway.bridge.limits import BridgeLimits
+from gateway.bridge.limits import BridgeLimits, OverLimit
 from gateway.bridge.records import AuditAction, AuditRecord
 from gateway.bridge.relay import Downstream
-from gateway.bridge.runner import PipelineFailed, PipelineRefused, plan_run, run_pipeline
+from gateway.bridge.run_report import audit_run
+from gateway.bridge.runner import PipelineFailed, PipelineRefused, RunTrace, ToolCallFailed, plan_run, run_pipeline
 from gateway.bridge.sessions import caller_key
 from gateway.bridge.store import BridgeStore
 from gateway.bridge.upstream import UpstreamCallFailed, Upstreams
@@ -82,10 +83,18 @@ class BridgeHandlers:
     ) -> types.CallToolResult:
         """Call a pipeline or a federated tool; always returns a result and always audits. What the
         connection of a federated tool sends meanwhile is relayed to `downstream` (F14)."""
+        return (await self.call_traced(scope, name, arguments, downstream))[0]
+
+    async def call_traced(
+        self, scope: CallerScope, name: str, arguments: dict[str, Any] | None, downstream: Downstream | None = None
+    ) -> tuple[types.CallToolResult, RunTrace | None]:
+        """`call_tool`, and for a pipeline what each of its nodes did (C5; raw values: the caller
+        bounds and scrubs them with run_report.public_nodes); None for a federated tool."""
         with self._gate.caller(caller_key(scope.identity)), span("bridge tools/call", {"gen_ai.tool.name": name}) as current:
-            result = await self._call_tool(scope, name, arguments, downstream)
+            traces: list[RunTrace] = []
+            result = await self._call_tool(scope, name, arguments, downstream, traces)
             record_tool_result(current, result.is_error)
-            return result
+            return result, (traces[0] if traces else None)
 
     async def _list_tools(self, scope: CallerScope) -> list[types.Tool]:
         tools = await self._federation.tools(scope)  # scrubbed of secrets where listed (Upstreams.catalog)
@@ -102,7 +111,8 @@ class BridgeHandlers:
         return tools
 
     async def _call_tool(
-        self, scope: CallerScope, name: str, arguments: dict[str, Any] | None, downstream: Downstream | None
+        self, scope: CallerScope, name: str, arguments: dict[str, Any] | None, downstream: Downstream | None,
+        traces: list[RunTrace],
     ) -> types.CallToolResult:
         started = time.perf_counter()
         action: AuditAction = "mcp.tool_call"
@@ -118,7 +128,9 @@ class BridgeHandlers:
                 mutating = _pipeline_mutates(graph, pipeline)
                 if scope.bridge is not None:  # whose graph ran with the caller's connections
                     extra["$graph"] = {"savedBy": saved_by}
-                result = await self._call_pipeline(scope, graph, pipeline, arguments or {})
+                result = await self._call_pipeline(scope, graph, pipeline, arguments or {}, traces)
+                # per node: status, reason, duration (no values); the run's duration and failure (C5)
+                extra["$run"] = audit_run(traces[0] if traces else None, self._secrets.scrub, result)
             else:
                 result = await self._call_federated(scope, name, arguments or {}, downstream)
             # what a connection sends back may hold a secret (a server echoing its credential): B4
@@ -161,28 +173,59 @@ class BridgeHandlers:
         return result.model_copy(update={"meta": None})
 
     async def _call_pipeline(
-        self, scope: CallerScope, graph: Graph, pipeline: Pipeline, arguments: dict[str, Any]
+        self, scope: CallerScope, graph: Graph, pipeline: Pipeline, arguments: dict[str, Any], traces: list[RunTrace]
     ) -> types.CallToolResult:
         try:
             plan = plan_run(graph, pipeline)
         except PipelineRefused as exc:
             return error_result(str(exc))
+        trace = RunTrace.of(graph, plan)
+        traces.append(trace)
         # the bridge's connections by the ids its graph uses, resolved in its owner's view (tenancy.py)
         connections = {c.id: c for c in await self._federation.connections(scope)}
 
         async def call(connection_id: str, tool: str, args: dict[str, Any]) -> types.CallToolResult:
             conn = connections.get(connection_id)
             if conn is None:
-                raise UpstreamCallFailed(f"connection {connection_id} is not part of this bridge")
-            return await self._upstreams.call_tool(conn, tool, args)
+                raise ToolCallFailed(await self._missing(scope, connection_id))
+            try:
+                return await self._upstreams.call_tool(conn, tool, args)
+            except UpstreamCallFailed as exc:
+                if isinstance(exc, OverLimit):
+                    raise
+                raise ToolCallFailed(failure_reason(exc)) from None
 
         try:
-            output = await run_pipeline(graph, plan, arguments, call, self._limits)
+            output = await run_pipeline(graph, plan, arguments, call, self._limits, trace)
         except PipelineFailed as exc:
             return error_result(str(exc))
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(output, default=str))], structured_content=output
         )
+
+
+    async def _missing(self, scope: CallerScope, connection_id: str) -> str:
+        """Why a tool node's connection is not there: deleted (none of that id in the bridge
+        owner's view), or not one of the bridge's (or not admitted by the allow-list)."""
+        owner = scope.bridge.owner if scope.bridge is not None else None
+        found = await self._store.find_connections((owner,), connection_id) if owner is not None else []
+        if not found:
+            return "connection deleted"
+        return f"connection {connection_id} is not usable by this bridge"
+
+
+def failure_reason(exc: UpstreamCallFailed) -> str:
+    """What a run reports of a call that gave no result (C5): the connection's own JSON-RPC error
+    text (e.g. invalid arguments), "timed out after Ns", or "server unreachable" — with the cause
+    only for a connection declared in the YAML (one made through the REST API tells no more, SSRF:
+    `UpstreamCallFailed.guarded`)."""
+    if exc.code is not None and exc.upstream_message:
+        return exc.upstream_message
+    if exc.timeout is not None:
+        return f"timed out after {exc.timeout:g}s"
+    if exc.guarded:
+        return "server unreachable"
+    return f"server unreachable ({exc})"
 
 
 def audit_resource(name: str) -> str:

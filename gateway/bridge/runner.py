@@ -10,9 +10,10 @@ import asyncio
 import graphlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import mcp_types as types
 
@@ -26,7 +27,84 @@ MAX_NODES_PER_RUN = 50
 
 ToolCaller = Callable[[str, str, dict[str, Any]], Awaitable[types.CallToolResult]]
 """`(connection_id, tool, arguments) -> result`; raises on a failure to call: an `OverLimit` when a
-bound of the Bridge stopped it (a result cut at `resultBytes`), whose words the caller may read."""
+bound of the Bridge stopped it (a result cut at `resultBytes`), whose words the caller may read, or
+a `ToolCallFailed` carrying the reason the run reports (C5)."""
+
+MAX_REASON_CHARS = 500
+"""The longest reason a run reports for one node (C5); longer ones are cut with `…`."""
+
+
+def bounded_reason(text: str) -> str:
+    """A reason as a run reports it: stripped, at most `MAX_REASON_CHARS` characters."""
+    text = text.strip() or "no reason given"
+    return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 1] + "…"
+
+
+class ToolCallFailed(Exception):
+    """A tool call that gave no result; `reason` is what the run reports ("server unreachable",
+    "timed out after 30s", the connection's JSON-RPC error text, "connection deleted")."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+NodeStatus = Literal["ok", "failed", "skipped"]
+
+
+@dataclass
+class NodeRun:
+    """What one node of a run did (C5): its status, why it failed or was not run, how long its tool
+    call took, and the values it took and gave (raw here; `public` bounds and scrubs them)."""
+
+    id: str
+    kind: str
+    tool: str | None
+    connection_id: str | None
+    status: NodeStatus = "skipped"
+    reason: str | None = None
+    duration_ms: float | None = None
+    input: Any = None
+    output: Any = None
+
+    def summary(self) -> dict[str, Any]:
+        """The audit form: no values."""
+        duration = round(self.duration_ms, 3) if self.duration_ms is not None else None
+        return {"id": self.id, "status": self.status, "reason": self.reason, "durationMs": duration}
+
+
+@dataclass
+class RunTrace:
+    """Every node of a run plan, in plan order, with what it did (filled in by `run_pipeline`)."""
+
+    nodes: dict[str, NodeRun] = field(default_factory=dict)
+    duration_ms: float | None = None
+
+    @classmethod
+    def of(cls, graph: Graph, plan: "RunPlan") -> "RunTrace":
+        """A trace with every node of `plan` not run yet."""
+        by_id = graph.node_map()
+        nodes = {}
+        for node_id in plan.node_ids:
+            node = by_id[node_id]
+            nodes[node_id] = NodeRun(node.id, node.kind, node.tool, node.connectionId)
+        return cls(nodes)
+
+    def done(self, node: Node, value: Any, given: Any = None) -> None:
+        entry = self.nodes.get(node.id)
+        if entry is not None:
+            entry.status, entry.input, entry.output = "ok", given, value
+
+    def failed(self, node_id: str, reason: str | None) -> None:
+        entry = self.nodes.get(node_id)
+        if entry is not None:
+            entry.status, entry.reason = "failed", bounded_reason(reason or "failed")
+
+    def stopped(self, reason: str, node_ids: list[str] | None = None) -> None:
+        """Nodes not run (all, or `node_ids`) get `reason` unless they have one."""
+        for node_id, entry in self.nodes.items():
+            if entry.status == "skipped" and entry.reason is None and (node_ids is None or node_id in node_ids):
+                entry.reason = reason
 
 
 class PipelineRefused(Exception):
@@ -34,19 +112,22 @@ class PipelineRefused(Exception):
 
 
 class PipelineFailed(Exception):
-    """The run stopped. At a node (`node_failed`): `node <id> (<tool>) failed` (F11), followed by the
-    reason when the reason is the Bridge's own (a value over a bound), never a connection's words.
-    Before a wave was dispatched (`node_id` None): its tool calls together were over `waveBytes`."""
+    """The run stopped. At a node (`node_failed`): `node <id> (<tool>) failed: <reason>` (F11, C5):
+    the Bridge's own words (a value over a bound) or the call's (`ToolCallFailed`, a tool's error
+    text), bounded; the handler scrubs it. Before a wave was dispatched (`node_id` None): its tool
+    calls together were over `waveBytes`."""
 
-    def __init__(self, message: str, node_id: str | None = None) -> None:
+    def __init__(self, message: str, node_id: str | None = None, reason: str | None = None) -> None:
         super().__init__(message)
         self.node_id = node_id
+        self.reason = reason
 
 
 def node_failed(node: Node, reason: str | None = None) -> PipelineFailed:
     """`node <id> (<tool>) failed[: reason]`."""
     text = f"node {node.id} ({node.tool or node.kind}) failed"
-    return PipelineFailed(f"{text}: {reason}" if reason else text, node.id)
+    reason = bounded_reason(reason) if reason else None
+    return PipelineFailed(f"{text}: {reason}" if reason else text, node.id, reason)
 
 
 def _listed(nodes: list[Node], most: int = 5) -> str:
@@ -104,24 +185,39 @@ def plan_run(graph: Graph, pipeline: Pipeline, max_nodes: int = MAX_NODES_PER_RU
 
 
 async def run_pipeline(
-    graph: Graph, plan: RunPlan, arguments: dict[str, Any], call: ToolCaller, limits: BridgeLimits | None = None
+    graph: Graph, plan: RunPlan, arguments: dict[str, Any], call: ToolCaller, limits: BridgeLimits | None = None,
+    trace: RunTrace | None = None,
 ) -> dict[str, Any]:
     """Run the plan; return the object of the output node's ports. Raises `PipelineFailed`, also
-    when a value passes `limits` (bytes or nesting): the run stops at the node that made it."""
-    values = _Values(graph.node_map(), plan, limits or BridgeLimits())
-    for wave in plan.waves:
-        tool_nodes = [values.nodes[n] for n in wave if values.nodes[n].kind == "tool"]
-        for node_id in wave:
-            node = values.nodes[node_id]
-            if node.kind == "input" and node_id == plan.pipeline.inputNode:
-                ports = node.outputs or list(arguments)
-                values.put_measured(node, {p: arguments[p] for p in ports if p in arguments})
-            elif node.kind == "input":
-                values.put_measured(node, {})  # another pipeline's entry: the caller's arguments are not its to read
-            elif node.kind in ("merge", "output"):
-                values.put_object(node)
-        if tool_nodes:
-            await _run_wave(tool_nodes, values, call)
+    when a value passes `limits` (bytes or nesting): the run stops at the node that made it.
+    `trace` (from `RunTrace.of(graph, plan)`) is filled in with what each node did (C5)."""
+    trace = trace if trace is not None else RunTrace.of(graph, plan)
+    started = time.perf_counter()
+    values = _Values(graph.node_map(), plan, limits or BridgeLimits(), trace)
+    try:
+        for wave in plan.waves:
+            tool_nodes = [values.nodes[n] for n in wave if values.nodes[n].kind == "tool"]
+            for node_id in wave:
+                node = values.nodes[node_id]
+                if node.kind == "input" and node_id == plan.pipeline.inputNode:
+                    ports = node.outputs or list(arguments)
+                    values.put_measured(node, {p: arguments[p] for p in ports if p in arguments})
+                elif node.kind == "input":
+                    values.put_measured(node, {})  # another pipeline's entry: the caller's arguments are not its to read
+                elif node.kind in ("merge", "output"):
+                    values.put_object(node)
+            if tool_nodes:
+                await _run_wave(tool_nodes, values, call)
+    except PipelineFailed as exc:
+        if exc.node_id is not None:
+            trace.failed(exc.node_id, exc.reason)
+            failed = trace.nodes.get(exc.node_id)
+            trace.stopped(f"not run: node {exc.node_id} ({failed.tool or failed.kind if failed else '?'}) failed")
+        else:
+            trace.stopped(str(exc))
+        raise
+    finally:
+        trace.duration_ms = (time.perf_counter() - started) * 1000
     return values.values[plan.pipeline.outputNode]
 
 
@@ -138,21 +234,32 @@ async def _run_wave(wave: list[Node], values: "_Values", call: ToolCaller) -> No
             f"over the limit of {limit} bytes; none of them was called"
         )
     held = 0
+    trace = values.trace
 
     async def one(node: Node) -> None:
         nonlocal held
+        entry = trace.nodes.get(node.id)
+        if entry is not None:
+            entry.input = prepared[node.id][0]
+        started = time.perf_counter()
         try:
             attributes = {"toolgate.bridge.node": node.id, "toolgate.bridge.connection": node.connectionId or "", "gen_ai.tool.name": node.tool or ""}
             with span(f"pipeline node {node.id}", attributes):  # O3
                 result = await call(node.connectionId or "", node.tool or "", prepared[node.id][0])
         except OverLimit as exc:  # the Bridge's own bound (a result cut at resultBytes): its words are shown
             raise node_failed(node, str(exc)) from None
+        except ToolCallFailed as exc:
+            log.info("pipeline node %s (%s) failed: %s", node.id, node.tool, exc.reason)
+            raise node_failed(node, exc.reason) from None
         except Exception as exc:
             log.info("pipeline node %s (%s) failed: %s", node.id, node.tool, exc)
-            raise node_failed(node) from None
+            raise node_failed(node, "the call failed") from None
+        finally:
+            if entry is not None:
+                entry.duration_ms = (time.perf_counter() - started) * 1000
         if result.is_error:
             log.info("pipeline node %s (%s) returned an error result", node.id, node.tool)
-            raise node_failed(node)
+            raise node_failed(node, error_text(result))
         held += values.put_measured(node, result_value(result)).bytes
         if held > limit:
             together = f"the results of the {len(wave)} tool nodes that run together"
@@ -163,17 +270,25 @@ async def _run_wave(wave: list[Node], values: "_Values", call: ToolCaller) -> No
             for node in wave:
                 group.create_task(one(node))
     except* PipelineFailed as failed:
-        raise failed.exceptions[0] from None
+        first = failed.exceptions[0]
+        assert isinstance(first, PipelineFailed)
+        stopped = [n.id for n in wave if n.id != first.node_id and trace.nodes.get(n.id) is not None
+                   and trace.nodes[n.id].status == "skipped"]
+        if first.node_id is not None:
+            trace.failed(first.node_id, first.reason)
+            trace.stopped(f"cancelled: node {first.node_id} failed", stopped)
+        raise first from None
 
 
 class _Values:
     """The values the nodes of one run produced, with their sizes. Merge and output nodes hold
     references to their inputs (nothing is copied) and are sized from their inputs' sizes."""
 
-    def __init__(self, nodes: dict[str, Node], plan: RunPlan, limits: BridgeLimits) -> None:
+    def __init__(self, nodes: dict[str, Node], plan: RunPlan, limits: BridgeLimits, trace: RunTrace) -> None:
         self.nodes = nodes
         self._plan = plan
         self.limits = limits
+        self.trace = trace
         self.values: dict[str, Any] = {}
         self._sizes: dict[str, Size] = {}
         self._port_sizes: dict[tuple[str, str], Size] = {}
@@ -185,6 +300,10 @@ class _Values:
         except OverLimit as exc:
             raise node_failed(node, str(exc)) from None
         self.values[node.id] = value
+        if node.kind == "tool":
+            self.trace.done(node, value, self.trace.nodes[node.id].input if node.id in self.trace.nodes else None)
+        else:
+            self.trace.done(node, value)
         return size
 
     def put_object(self, node: Node) -> None:
@@ -195,6 +314,7 @@ class _Values:
         except OverLimit as exc:
             raise node_failed(node, str(exc)) from None
         self.values[node.id] = inputs
+        self.trace.done(node, inputs, inputs)
 
     def arguments(self, node: Node) -> tuple[dict[str, Any], Size]:
         """A tool node's call arguments, `{...config, ...inputs}` (F10), within the bounds, and their size."""
@@ -233,6 +353,13 @@ class _Values:
             # a part of a value already measured whole: within the bounds too
             size = self._port_sizes[key] = measure(value, self.limits)
         return size
+
+
+def error_text(result: types.CallToolResult) -> str:
+    """The text of an error result (the tool's own words: a validation message naming the argument,
+    the server's error), or a sentence saying it gave none."""
+    text = "\n".join(block.text for block in result.content if isinstance(block, types.TextContent)).strip()
+    return text or "the tool returned an error result without text"
 
 
 def result_value(result: types.CallToolResult) -> Any:

@@ -54,9 +54,12 @@ class UpstreamCallFailed(Exception):
     `code` is the JSON-RPC error code the connection answered with, when it answered with one."""
 
     def __init__(
-        self, message: str, code: int | None = None, upstream_message: str | None = None, *, guarded: bool = False
+        self, message: str, code: int | None = None, upstream_message: str | None = None, *, guarded: bool = False,
+        timeout: float | None = None,
     ) -> None:
         super().__init__(message)
+        self.timeout = timeout
+        """The seconds it waited, when the call timed out."""
         self.code = code
         self.upstream_message = upstream_message
         """The connection's own error text (scrubbed), to relay as it is."""
@@ -376,7 +379,7 @@ class Upstreams:
             log.info("%s: the answer was cut at %d bytes", what, exc.limit)
             return ResultTooLarge(answer, exc.limit, guarded=guarded)
         if isinstance(exc, CallTimeout):
-            return UpstreamCallFailed(f"{what}: timed out after {self.timeout:g}s", guarded=guarded)
+            return UpstreamCallFailed(f"{what}: timed out after {self.timeout:g}s", guarded=guarded, timeout=self.timeout)
         if isinstance(exc, MCPError) and not session_ended(exc):
             relayed = self._secrets.scrub(exc.message[:500])
             return UpstreamCallFailed(f"{what}: {self._secrets.scrub(describe(exc))}", exc.code, relayed, guarded=guarded)

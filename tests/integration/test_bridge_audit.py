@@ -93,7 +93,11 @@ async def test_every_call_leaves_one_record_and_listing_leaves_none(world: World
         ("mcp.tool_call", "tools__echo", "success", "bridge:pipes"),
     ]
     assert records[1]["actor"] == {"id": "alice", "email": "alice@acme.test"}
+    run = records[1]["args"].pop("$run")  # R: C5 — per node status, reason and duration, no values
     assert records[1]["args"] == {"query": "repo-x", "$bridge": {"owner": "alice"}, "$graph": {"savedBy": "alice"}}
+    assert [(n["id"], n["status"]) for n in run["nodes"]] == [
+        ("in1", "ok"), ("ta", "ok"), ("tb", "ok"), ("m1", "ok"), ("out1", "ok")]
+    assert run["durationMs"] > 0 and all(set(n) == {"id", "status", "reason", "durationMs"} for n in run["nodes"])
 
 
 async def test_a_token_and_free_text_are_stored_only_as_type_and_length(world: World) -> None:

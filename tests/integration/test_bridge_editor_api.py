@@ -103,7 +103,10 @@ async def test_a_saved_pipeline_runs_from_the_editor_with_its_result_or_the_fail
     assert (await call(world, "PUT", "/bridges/runs/graph", body=echo_graph())).status_code == 200
     ok = await call(world, "POST", "/bridges/runs/run", body={"name": "say", "arguments": {"text": "hello"}})
     failed = await call(world, "POST", "/bridges/runs/run", body={"name": "say", "arguments": {}})
-    assert ok.status_code == 200 and ok.json() == {"isError": False, "text": '{"said": "hello"}', "structuredContent": {"said": "hello"}}
+    assert ok.status_code == 200
+    assert {k: v for k, v in ok.json().items() if k != "nodes"} == {
+        "isError": False, "text": '{"said": "hello"}', "structuredContent": {"said": "hello"}}
+    assert [(n["id"], n["status"]) for n in ok.json()["nodes"]] == [("in1", "ok"), ("t1", "ok"), ("out1", "ok")]
     assert failed.status_code == 200 and failed.json()["isError"] and failed.json()["text"].startswith("node t1 (echo) failed")
     assert (await call(world, "POST", "/bridges/runs/run", body={"name": "nope"})).status_code == 404
     assert (await call(world, "POST", "/bridges/runs/run", key="bob-key", body={"name": "say"})).status_code == 404

@@ -118,7 +118,7 @@ async def test_a_failing_node_stops_the_run_with_its_id_and_tool(world: World) -
     echoes = world.tools.count("echo")
     result = await call(world, "fails", {"query": "x"})
     assert result.is_error
-    assert [c.text for c in result.content] == ["node bad (boom) failed"]
+    assert [c.text for c in result.content] == ["node bad (boom) failed: Error executing tool boom: kaboom"]  # R: C5
     assert world.tools.count("echo") == echoes
 
 

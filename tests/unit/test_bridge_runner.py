@@ -9,7 +9,7 @@ import mcp_types as types
 import pytest
 
 from gateway.bridge.graph import Graph
-from gateway.bridge.runner import PipelineFailed, PipelineRefused, plan_run, run_pipeline
+from gateway.bridge.runner import PipelineFailed, PipelineRefused, RunTrace, plan_run, run_pipeline
 from tests.support.bridge_servers import edge, fan_in_graph, graph, node, pipeline, tool_node
 
 
@@ -83,10 +83,18 @@ async def test_the_first_failure_stops_the_run_with_the_node_and_tool() -> None:
             raise
         raise AssertionError("unreachable")
 
+    plan = plan_run(g, g.pipelines[0])
+    trace = RunTrace.of(g, plan)
     with pytest.raises(PipelineFailed) as caught:
-        await run_pipeline(g, plan_run(g, g.pipelines[0]), {"query": "q"}, call)
-    assert str(caught.value) == "node tb (slow_b) failed"
+        await run_pipeline(g, plan, {"query": "q"}, call, trace=trace)
+    assert str(caught.value) == "node tb (slow_b) failed: nope"  # R: C5 — the tool's own words
     assert cancelled.is_set(), "the other node of the wave was cancelled"
+    statuses = {n.id: (n.status, n.reason) for n in trace.nodes.values()}
+    assert statuses == {
+        "in1": ("ok", None), "ta": ("skipped", "cancelled: node tb failed"), "tb": ("failed", "nope"),
+        "m1": ("skipped", "not run: node tb (slow_b) failed"), "out1": ("skipped", "not run: node tb (slow_b) failed"),
+    }
+    assert trace.nodes["tb"].input == {"query": "q"} and trace.nodes["tb"].duration_ms is not None
 
 
 async def test_a_tool_that_raises_is_a_failed_node() -> None:
@@ -96,7 +104,7 @@ async def test_a_tool_that_raises_is_a_failed_node() -> None:
     async def call(connection: str, tool: str, args: dict[str, Any]) -> types.CallToolResult:
         raise TimeoutError("30s")
 
-    with pytest.raises(PipelineFailed, match=r"^node t[ab] \(slow_[ab]\) failed$"):
+    with pytest.raises(PipelineFailed, match=r"^node t[ab] \(slow_[ab]\) failed: the call failed$"):
         await run_pipeline(g, plan_run(g, g.pipelines[0]), {"query": "q"}, call)
 
 
