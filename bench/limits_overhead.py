@@ -2,11 +2,13 @@
 
     .venv/bin/python bench/limits_overhead.py [--requests 2000] [--no-write]
 
-Five `toolgate serve` processes in front of one stub upstream (bench/stub.py), differing only in
-`limits:`: none; one requests-per-minute rule on Redis (one Lua round trip at admission); every
-kind of limit on Redis (requests, tokens, concurrency and a budget: the charge and the freed slot
-ride on the next admission's script); and the same rules counted in the process (no `limits.redis`).
-A fifth gateway without limits is the control. Requests go at concurrency 1, the gateways interleaved in blocks of 20 so drift on a shared
+Eight `toolgate serve` processes in front of one stub upstream (bench/stub.py), differing only in
+`limits:`: none; one requests-per-minute rule on Redis, leased (gateway/limits/leases.py: one Lua
+round trip per lease) and with a round trip per request (`lease_share: 0, stale_seconds: 0`, the
+code before leases); requests, tokens and a budget on Redis, leased/read and with a round trip
+each; every kind of limit on Redis (concurrency slots always take a round trip: the charge and
+the freed slot ride on the next admission's script); and the same rules counted in the process
+(no `limits.redis`). A last gateway without limits is the control. Requests go at concurrency 1, the gateways interleaved in blocks of 20 so drift on a shared
 machine hits all alike (bench/overhead.py's `serial`). The limits are high enough never to refuse.
 Redis is the machine's (127.0.0.1:6379), under a key prefix of this run, deleted after. Writes
 its table between `<!-- limits-overhead:start/end -->` in bench/README.md.
@@ -34,12 +36,17 @@ from bench.procs import Proc, free_port, machine, write_section  # noqa: E402
 
 REDIS = "redis://127.0.0.1:6379/0"
 RPM = [{"per": "route", "requests_per_minute": 10_000_000}]
-EVERY = [{"per": "key", "requests_per_minute": 10_000_000, "tokens_per_minute": 1_000_000_000, "concurrent": 10_000},
-         {"per": "route", "budget": {"usd": 1_000_000, "period": "day"}}]
+RATES = [{"name": "rates", "per": "route", "requests_per_minute": 10_000_000, "tokens_per_minute": 1_000_000_000},
+         {"name": "spend", "per": "route", "budget": {"usd": 1_000_000, "period": "day"}}]
+EVERY = [{**RATES[0], "concurrent": 10_000}, RATES[1]]
 PRICES = {"stub": {"input_per_million": 0.4, "output_per_million": 1.6}}
+ROUND_TRIP_EACH = {"lease_share": 0, "stale_seconds": 0}
 CONFIGS: dict[str, dict[str, Any] | None] = {
     "limits off": None,
     "Redis: requests/min": {"redis": REDIS, "rules": RPM},
+    "Redis: requests/min, a round trip each (no leases)": {"redis": REDIS, "rules": RPM, **ROUND_TRIP_EACH},
+    "Redis: requests, tokens, budget": {"redis": REDIS, "rules": RATES, "prices": PRICES},
+    "Redis: requests, tokens, budget, a round trip each": {"redis": REDIS, "rules": RATES, "prices": PRICES, **ROUND_TRIP_EACH},
     "Redis: requests, tokens, concurrent, budget": {"redis": REDIS, "rules": EVERY, "prices": PRICES},
     "in-process: requests, tokens, concurrent, budget": {"rules": EVERY, "prices": PRICES},
     "limits off, a second process (control)": None,

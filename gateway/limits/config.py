@@ -67,6 +67,14 @@ class LimitsConfig(_Strict):
         default="open", description="Redis unreachable: open lets the request pass (counted, logged); closed answers 503")
     key_prefix: str = Field(default="toolgate:", min_length=1, max_length=64)
     timeout_seconds: float = Field(default=0.5, gt=0, le=30, description="one Redis call's budget (connect, then reply)")
+    lease_share: float = Field(
+        default=0.01, ge=0, le=0.1,
+        description="share of a requests_per_minute limit one replica takes from Redis at once and admits "
+                    "itself (gateway/limits/leases.py); only where it makes 2 or more; 0: a round trip per request")
+    stale_seconds: float = Field(
+        default=0.2, ge=0, le=5,
+        description="how long a replica admits on its last reading of a tokens or budget counter (plus its own "
+                    "charges) and keeps an unused lease; refusals always ask Redis; 0: every admission asks")
     rules: list[LimitRule] = Field(min_length=1)
     prices: dict[str, Price] = Field(default_factory=dict, description="by upstream model name")
 

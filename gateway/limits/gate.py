@@ -266,7 +266,12 @@ def build_limits(config: LimitsConfig | None, base_dir: Path, secrets: SecretSet
 
             password = resolve_secret(config.password, base_dir, secrets) if config.password else None
             redis = RedisCounters(config.redis, password=password, username=config.username, timeout=config.timeout_seconds)
-            limits = Limits(config, redis, registry, hold_seconds)
+            shared: Counters = redis
+            if config.lease_share > 0 or config.stale_seconds > 0:
+                from gateway.limits.leases import LeasingCounters
+
+                shared = LeasingCounters(redis, lease_share=config.lease_share, stale_seconds=config.stale_seconds)
+            limits = Limits(config, shared, registry, hold_seconds)
             redis.on_error = lambda exc: limits.failed("settle", exc)  # a queued settlement lost
             return limits
         counters = MemoryCounters()

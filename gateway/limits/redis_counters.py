@@ -3,12 +3,13 @@ Lua script, `COUNT`, each run one atomic round trip on Redis's own clock (`TIME`
 whose clocks differ still count one bucket alike.
 
 `COUNT` first settles what finished requests used — tokens (GCRA), spend (`INCRBYFLOAT`, expiring
-after the budget's period), concurrency slots freed — then admits one request: it evaluates every
-check and takes units and slots only when all allow (requests: a GCRA `tat` in a string key with
-a TTL; concurrency: a sorted set of holders scored by when their slot lapses, lapsed ones dropped
-first; tokens and budgets: read only). Numbers cross as text (Lua would truncate floats to
-integers); the admission answers one string, `ok remaining reset retry` per check,
-comma-separated, which parses faster than a nested reply.
+after the budget's period), concurrency slots freed, leased requests given back unused — then
+admits one request: it evaluates every check and takes units and slots only when all allow
+(requests: a GCRA `tat` in a string key with a TTL, `want` of them at once when they fit — a
+replica's lease, gateway.limits.leases — else one; concurrency: a sorted set of holders scored by
+when their slot lapses, lapsed ones dropped first; tokens and budgets: read only). Numbers cross as
+text (Lua would truncate floats to integers); the admission answers one string, `ok remaining
+reset retry granted` per check, comma-separated, which parses faster than a nested reply.
 """
 
 from __future__ import annotations
@@ -45,21 +46,33 @@ for i = 1, m do
     redis.call('EXPIRE', key, math.ceil(period) + 60)
   elseif kind == 'c' then
     redis.call('ZREM', key, ARGV[j + 4])
+  elseif kind == 'g' then
+    local tat = tonumber(redis.call('GET', key) or '0')
+    if tat > now then
+      local back = math.max(now, tat - amount * period / limit)
+      redis.call('SET', key, string.format('%.6f', back), 'PX', math.ceil((back - now) * 1000) + 1)
+    end
   end
 end
 local base = 3 + m * 5
 local out, newtat, all = {}, {}, true
 for i = m + 1, #KEYS do
-  local key, j = KEYS[i], base + (i - m - 1) * 3
-  local kind, limit, period = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
-  local ok, remaining, reset, retry = 1, 0, 0, 0
+  local key, j = KEYS[i], base + (i - m - 1) * 4
+  local kind, limit, period, want = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
+  local ok, remaining, reset, retry, granted = 1, 0, 0, 0, 0
   if kind == 'r' or kind == 't' then
     local interval = period / limit
     local tat = newtat[key] or tonumber(redis.call('GET', key) or '0')
     local start = math.max(tat, now)
     if kind == 'r' then
-      local new = start + interval
+      local new = start + want * interval
+      if want > 1 and new - now > period + 1e-9 then
+        want = 1
+        new = start + interval
+      end
+      granted = want
       if new - now > period + 1e-9 then
+        granted = 0
         ok, remaining, reset, retry = 0, math.max(0, math.floor((period - (start - now)) / interval + 1e-9)), start - now, new - now - period
       else
         newtat[key] = new
@@ -90,11 +103,11 @@ for i = m + 1, #KEYS do
     end
   end
   if ok == 0 then all = false end
-  out[i - m] = string.format('%d %.6f %.6f %.6f', ok, remaining, reset, retry)
+  out[i - m] = string.format('%d %.6f %.6f %.6f %d', ok, remaining, reset, retry, granted)
 end
 if all then
   for i = m + 1, #KEYS do
-    local key, j = KEYS[i], base + (i - m - 1) * 3
+    local key, j = KEYS[i], base + (i - m - 1) * 4
     local kind, period = ARGV[j], tonumber(ARGV[j + 2])
     if kind == 'r' and newtat[key] then
       redis.call('SET', key, string.format('%.6f', newtat[key]), 'PX', math.ceil((newtat[key] - now) * 1000) + 1)
@@ -174,7 +187,7 @@ class RedisCounters:
 
     Settlements are queued and ride on this replica's next admission — so a request's charge
     always counts before the next request this replica admits, with no round trip of its own —
-    or, when no admission comes within `FLUSH_SECONDS`, go alone. No retries: a call that fails
+    or, when no admission comes within `flush_seconds` (default `FLUSH_SECONDS`), go alone. No retries: a call that fails
     is reported at once (`CountersError`; settlements lost, alone or with the admission that carried
     them, through `on_error`), and the gate fails open or closed as configured, instead of holding
     the request through back-offs."""
@@ -184,6 +197,7 @@ class RedisCounters:
     def __init__(self, url: str, *, password: str | None, username: str | None, timeout: float) -> None:
         self.where = redis_location(url)
         self.on_error: Callable[[CountersError], None] | None = None
+        self.flush_seconds = FLUSH_SECONDS
         self._connections = _Connections(url, password=password, username=username, timeout=timeout)
         self._sha = hashlib.sha1(COUNT.encode()).hexdigest()
         self._pending_keys: list[str] = []
@@ -227,23 +241,47 @@ class RedisCounters:
             raise self._error(exc) from None
 
     async def admit(self, checks: Sequence[Check], holder: str) -> list[Outcome]:
+        outcomes, _ = await self.lease(checks, holder, [1] * len(checks))
+        return outcomes
+
+    async def lease(self, checks: Sequence[Check], holder: str, wants: Sequence[int]) -> tuple[list[Outcome], list[int]]:
+        """`admit`, taking `wants[i]` requests of each requests check at once where they fit in its
+        bucket (else one, as `admit`): the outcomes, and per check how many were taken (0 for the
+        other kinds, or when refused). `remaining` counts after everything taken."""
         args: list[str | float] = [holder]
-        for check in checks:
-            args += [_KINDS[check.kind], check.limit, check.period]
+        for check, want in zip(checks, wants):
+            args += [_KINDS[check.kind], check.limit, check.period, want]
         reply = await self._count([c.key for c in checks], args)
-        rows = (row.split(" ") for row in reply.decode().split(","))
-        return [Outcome(ok == "1", float(remaining), float(reset), float(retry)) for ok, remaining, reset, retry in rows]
+        outcomes: list[Outcome] = []
+        granted: list[int] = []
+        for row in reply.decode().split(","):
+            ok, remaining, reset, retry, taken = row.split(" ")
+            outcomes.append(Outcome(ok == "1", float(remaining), float(reset), float(retry)))
+            granted.append(int(taken))
+        if not all(o.allowed for o in outcomes):
+            granted = [0] * len(granted)  # refused by any check, the script took nothing
+        return outcomes, granted
+
+    def give_back(self, check: Check, count: int) -> None:
+        """Queue the return of `count` requests taken by `lease` and never used (the bucket's `tat`
+        moves back by as many intervals, never before now); it reaches Redis like a settlement."""
+        self._pending_keys.append(check.key)
+        self._pending_args += ["g", check.limit, check.period, count, ""]
+        self._flush_later()
 
     async def settle(self, charges: Sequence[Charge], releases: Sequence[Check], holder: str) -> None:
-        """Queue the settlement (see the class docstring); it reaches Redis within `FLUSH_SECONDS`."""
+        """Queue the settlement (see the class docstring); it reaches Redis within `flush_seconds`."""
         for charge in charges:
             self._pending_keys.append(charge.check.key)
             self._pending_args += [_KINDS[charge.check.kind], charge.check.limit, charge.check.period, charge.amount, holder]
         for check in releases:
             self._pending_keys.append(check.key)
             self._pending_args += ["c", check.limit, check.period, 0, holder]
+        self._flush_later()
+
+    def _flush_later(self) -> None:
         if self._pending_keys and self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(FLUSH_SECONDS, self._flush_soon)
+            self._timer = asyncio.get_running_loop().call_later(self.flush_seconds, self._flush_soon)
 
     def _flush_soon(self) -> None:
         self._timer = None

@@ -1,0 +1,181 @@
+"""Leases and readings in front of the Redis counters (O2, gateway/limits/leases.py), on the machine's
+real Redis (each test under its own key prefix, deleted after). The replicas' clock is a number the
+test moves (`Clock`), so a lease's or reading's age is exact; Redis keeps its own clock."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis as redis_py
+
+from gateway.limits.buckets import Check
+from gateway.limits.counters import Charge
+from gateway.limits.leases import LeasingCounters
+from gateway.limits.redis_counters import RedisCounters
+from tests.support import redis as redis_support
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    redis_support.require()
+    found = redis_support.prefix()
+    yield found
+    redis_support.clean(found)
+
+
+def replica(clock: Clock, share: float = 0.05, stale: float = 0.2) -> LeasingCounters:
+    return LeasingCounters(RedisCounters(redis_support.URL, password=None, username=None, timeout=2),
+                           lease_share=share, stale_seconds=stale, clock=clock)
+
+
+def taken(key: str, check: Check) -> float:
+    """How many requests the bucket at `key` counts as taken now (its `tat` ahead of Redis's clock, in intervals)."""
+    client = redis_py.Redis.from_url(redis_support.URL)
+    try:
+        tat = float(client.get(key) or 0)
+        seconds, micros = client.time()
+    finally:
+        client.close()
+    return max(0.0, tat - (seconds + micros / 1e6)) / (check.period / check.limit)
+
+
+def test_a_large_limit_is_leased_so_most_admissions_make_no_round_trip_and_the_rest_goes_back(prefix) -> None:
+    # R: O2 -- one admission takes a lease's worth from the shared bucket; the next ones come from the lease
+    rpm = Check("requests", "r", f"{prefix}rpm", 6000, 60)  # 5 % of 6000: leases of 300
+    clock = Clock()
+
+    async def scenario() -> tuple[float, float, list[float]]:
+        counters = replica(clock)
+        try:
+            remaining = []
+            for _ in range(5):
+                [outcome] = await counters.admit([rpm], "")
+                assert outcome.allowed
+                remaining.append(outcome.remaining)
+            held = taken(rpm.key, rpm)
+        finally:
+            await counters.close()  # gives back the 295 never used
+        return held, taken(rpm.key, rpm), remaining
+
+    held, after_close, remaining = asyncio.run(scenario())
+    assert 299 <= held <= 300  # the first admission took 300 (less what Redis's clock refilled since)
+    assert after_close <= 5.5  # only the five used stay taken
+    assert remaining == sorted(remaining, reverse=True) and remaining[0] - remaining[-1] == 4
+
+
+def test_two_replicas_leasing_one_bucket_never_admit_more_than_it_holds(prefix) -> None:
+    # R: O2 -- every request admitted was taken from the one bucket: leases change who holds them, not how many
+    rpm = Check("requests", "r", f"{prefix}rpm", 200, 60)  # leases of 10
+    clock = Clock()
+
+    async def scenario() -> tuple[int, float]:
+        first, second = replica(clock), replica(clock)
+        admitted, refused_in_a_row = 0, 0
+        started = time.monotonic()
+        try:
+            while refused_in_a_row < 4:
+                for counters in (first, second):
+                    [outcome] = await counters.admit([rpm], "")
+                    admitted += outcome.allowed
+                    refused_in_a_row = 0 if outcome.allowed else refused_in_a_row + 1
+        finally:
+            await first.close()
+            await second.close()
+        return admitted, time.monotonic() - started
+
+    admitted, elapsed = asyncio.run(scenario())
+    refilled = int(elapsed * 200 / 60) + 1
+    assert 200 <= admitted <= 200 + refilled  # the bucket's 200 and what refilled while the loop ran
+
+
+def test_a_lease_left_unused_past_stale_seconds_is_given_back_and_a_new_one_taken(prefix) -> None:
+    # R: O2 -- an idle replica holds nothing for long
+    rpm = Check("requests", "r", f"{prefix}rpm", 6000, 60)
+    clock = Clock()
+
+    async def scenario() -> tuple[float, float]:
+        counters = replica(clock)
+        try:
+            await counters.admit([rpm], "")
+            before = taken(rpm.key, rpm)
+            clock.now += 0.5  # past stale_seconds: the next admission gives back 299 and leases 300 anew
+            await counters.admit([rpm], "")
+            await counters.redis.flush()
+            return before, taken(rpm.key, rpm)
+        finally:
+            await counters.close()
+
+    before, after = asyncio.run(scenario())
+    assert 299 <= before <= 300
+    assert 300 <= after <= 302  # 1 used + 300 leased + the 1 used before (less refill)
+
+
+def test_small_limits_take_one_request_per_admission_exactly(prefix) -> None:
+    # R: O2 -- where the share makes less than 2, no lease: each admission is Redis's
+    rpm = Check("requests", "r", f"{prefix}rpm", 3, 60)
+    clock = Clock()
+
+    async def scenario() -> list[bool]:
+        first, second = replica(clock), replica(clock)
+        try:
+            return [(await counters.admit([rpm], ""))[0].allowed for counters in (first, second, first, second)]
+        finally:
+            await first.close()
+            await second.close()
+
+    assert asyncio.run(scenario()) == [True, True, True, False]
+
+
+def test_a_replica_admits_on_its_reading_plus_its_own_charges_and_only_redis_refuses(prefix) -> None:
+    # R: O2 -- a budget spent by another replica counts here once the reading is stale; this replica's
+    # own charges count at once; a refusal is always Redis's answer
+    budget = Check("budget", "b", f"{prefix}budget", 1.0, 3600)
+    clock = Clock()
+
+    async def scenario() -> list[bool]:
+        here, there = replica(clock), replica(clock)
+        seen = []
+        try:
+            seen.append((await here.admit([budget], ""))[0].allowed)  # read: $0 of $1
+            await there.settle([Charge(budget, 1.5)], [], "")
+            await there.redis.flush()  # the other replica spent it all
+            seen.append((await here.admit([budget], ""))[0].allowed)  # within stale_seconds: the reading admits
+            clock.now += 0.3
+            seen.append((await here.admit([budget], ""))[0].allowed)  # stale: Redis is asked, and refuses
+            return seen
+        finally:
+            await here.close()
+            await there.close()
+
+    assert asyncio.run(scenario()) == [True, True, False]
+
+
+def test_own_token_charges_refuse_the_next_request_at_once_through_redis(prefix) -> None:
+    # R: O2 -- the charge rides on the admission that asks Redis, so the refusal is exact
+    tokens = Check("tokens", "t", f"{prefix}tpm", 20, 60)
+    clock = Clock()
+
+    async def scenario() -> list[bool]:
+        counters = replica(clock, stale=5)
+        try:
+            seen = [(await counters.admit([tokens], ""))[0].allowed]
+            await counters.settle([Charge(tokens, 25)], [], "")
+            seen.append((await counters.admit([tokens], ""))[0].allowed)
+            return seen
+        finally:
+            await counters.close()
+
+    assert asyncio.run(scenario()) == [True, False]
