@@ -1,5 +1,8 @@
 """Fixtures shared by the whole suite: a scripted upstream served on loopback, and the canary check.
 
+At the session's start, the npm packages the Node-based tests run are installed when missing and npm
+is on PATH (tests/support/node_packages.py; TOOLGATE_NPM_INSTALL=0 skips it).
+
 The canary (tests/support/canary.py): one secret value per session, configured as every secret the
 tests use, searched for in every log line, response, metric, audit record and model request the
 suite produces. A hit fails the test during which it was recorded (as an error at its teardown,
@@ -15,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import canary
+from tests.support import canary, node_packages
 from tests.support.http_server import serve
 from tests.support.upstream import ScriptedUpstream
 
@@ -27,6 +30,14 @@ _TESTS: Counter[str] = Counter()
 
 def pytest_configure(config: pytest.Config) -> None:
     canary.arm()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """`npm ci` in each test npm folder that has none installed (a fresh clone), before collection."""
+    if node_packages.enabled():
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        say = reporter.write_line if reporter is not None else print
+        node_packages.install_missing(say=say)
 
 
 def check_canary(when: str) -> None:
