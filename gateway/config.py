@@ -1,8 +1,10 @@
 """The gateway's one YAML file, typed (G8).
 
 `load_config(path)` returns a `Config` or raises `ConfigError` whose `.problems` lists every
-problem as `file:line:column: dotted.path: what was expected` (D4); a key given twice in one
-mapping is one of them (gateway.yaml_document reads every operator's YAML file).
+problem as `file:line:column: path: what was expected` (D4), the path naming list items by their
+names (`routes[demo].plugins[docs].command`, gateway.config_problems) and the message the closest
+known name for a misspelt one; a key given twice in one mapping is one of them
+(gateway.yaml_document reads every operator's YAML file).
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.bridge.config import BridgeConfig
+from gateway.config_problems import did_you_mean, readable_path, schema_problem
 from gateway.limits.config import LimitsConfig
 from gateway.limits.config import reference_problems as limits_problems
-from gateway.registry import PLUGIN_TYPES, PluginConfig, plugin_id
+from gateway.registry import PluginConfig, plugin_id
 from gateway.secrets import SecretRef, unreadable_secrets
 from gateway.tracing import TelemetryConfig
 from gateway.yaml_document import YamlDocument, YamlProblem, read_yaml
@@ -291,12 +294,15 @@ def reference_problems(data: Any) -> list[tuple[str, str]]:
     for i, route in routes:
         if route.get("model") in duplicates(models):
             problems.append((f"routes.{i}.model", f"route model {route['model']!r} is used more than once"))
+        known = [n for n in names if isinstance(n, str)]
         if isinstance(route.get("upstream"), str) and route["upstream"] not in names:
-            problems.append((f"routes.{i}.upstream", f"names upstream {route['upstream']!r}, which is not defined in 'upstreams'"))
+            problems.append((f"routes.{i}.upstream", f"names upstream {route['upstream']!r}, which is not defined in 'upstreams'"
+                             + did_you_mean(route["upstream"], known)))
         for j, deployment in _entries(route, "deployments"):
             if isinstance(deployment.get("upstream"), str) and deployment["upstream"] not in names:
                 problems.append((f"routes.{i}.deployments.{j}.upstream",
-                                 f"names upstream {deployment['upstream']!r}, which is not defined in 'upstreams'"))
+                                 f"names upstream {deployment['upstream']!r}, which is not defined in 'upstreams'"
+                                 + did_you_mean(deployment["upstream"], known)))
         plugins = _entries(route, "plugins")
         ids = [plugin_id(p) for _, p in plugins]
         for j, plugin in plugins:
@@ -330,7 +336,8 @@ def fallback_problems(routes: list[tuple[int, dict[str, Any]]]) -> list[tuple[st
             continue
         for k, name in enumerate(fallbacks):
             if isinstance(name, str) and name not in models:
-                problems.append((f"routes.{i}.fallbacks.{k}", f"names route {name!r}, which is not defined in 'routes'"))
+                problems.append((f"routes.{i}.fallbacks.{k}", f"names route {name!r}, which is not defined in 'routes'"
+                                 + did_you_mean(name, models)))
         cycle = _cycle_from(route["model"], graph)
         if cycle:
             problems.append((f"routes.{i}.fallbacks", "fallbacks lead back to this route: " + " -> ".join(cycle)))
@@ -394,33 +401,28 @@ class ConfigError(Exception):
         self.problems = problems
 
 
-def _dotted(loc: tuple[Any, ...]) -> str:
-    """A pydantic error location as the YAML path (union tags and validator names left out)."""
-    parts = [str(p) for p in loc if p not in PLUGIN_TYPES and not str(p).startswith("function-")]
-    return ".".join(parts) or "(top level)"
-
-
 def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = None,
                  document: YamlDocument | None = None) -> Config:
     """Validate already-parsed YAML/JSON data. With the `document` it was read from, every problem
-    names `file:line:column` and keys given twice are problems too (D4); without, just `source`."""
+    names `file:line:column` and keys given twice are problems too (D4); without, just `source`.
+    Paths name list items by their names (gateway.config_problems)."""
     at: Callable[[str], str] = document.where if document is not None else (lambda dotted: source)
     if not isinstance(data, dict):
         raise ConfigError([f"{at('')}: (top level): expected a mapping of sections"])
-    duplicates = document.duplicate_problems() if document is not None else []
-    references = [f"{at(path)}: {path}: {message}" for path, message in reference_problems(data)]
+    duplicates = document.duplicate_problems(lambda dotted: readable_path(data, dotted)) if document is not None else []
+    references = [_problem(at, data, path, message) for path, message in reference_problems(data)]
     try:
         config = Config.model_validate({**data, "base_dir": base_dir or Path(".")})
     except ValidationError as exc:
-        schema = [_problem(at, _dotted(err["loc"]), err["msg"].removeprefix("Value error, ")) for err in exc.errors()]
+        schema = [_problem(at, data, *schema_problem(Config, err)) for err in exc.errors()]
         raise ConfigError(duplicates + schema + references) from None  # every problem in one pass (A4)
     if duplicates or references:
         raise ConfigError(duplicates + references)
     return config
 
 
-def _problem(at: Callable[[str], str], dotted: str, message: str) -> str:
-    return f"{at(dotted)}: {dotted}: {message}"
+def _problem(at: Callable[[str], str], data: Any, dotted: str, message: str) -> str:
+    return f"{at(dotted)}: {readable_path(data, dotted)}: {message}"
 
 
 def _read_yaml(path: Path) -> YamlDocument:
@@ -448,7 +450,7 @@ def load_checked(path: str | Path, *, secrets: bool = True) -> tuple[Config | No
         return None, exc.problems
     base_dir = path.parent.resolve()
     found = unreadable_secrets(Config, document.data, base_dir) if secrets else []
-    unreadable = [_problem(document.where, at, message) for at, message in found]
+    unreadable = [_problem(document.where, document.data, at, message) for at, message in found]
     try:
         config = parse_config(document.data, str(path), base_dir, document)
     except ConfigError as exc:

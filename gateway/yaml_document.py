@@ -14,6 +14,7 @@ dotted path (the path pydantic errors use) and every key given twice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,10 +81,11 @@ class YamlDocument:
         found = self.position(dotted)
         return f"{self.source}:{found.line}:{found.column}" if found else self.source
 
-    def duplicate_problems(self) -> list[str]:
-        """One line per key given more than once, `source:line:column: path: ...` naming both places."""
+    def duplicate_problems(self, path_text: Callable[[str], str] = str) -> list[str]:
+        """One line per key given more than once, `source:line:column: path: ...` naming both places;
+        `path_text` writes the dotted path for people (gateway.config_problems.readable_path)."""
         return [
-            f"{self.source}:{d.again.line}:{d.again.column}: {d.path}: key {d.key!r} is given more than once in this mapping "
+            f"{self.source}:{d.again.line}:{d.again.column}: {path_text(d.path)}: key {d.key!r} is given more than once in this mapping "
             f"(first at {self.source}:{d.first.line}:{d.first.column}); YAML would keep only the last one and drop the "
             "others silently: remove or merge them"
             for d in self.duplicates

@@ -338,11 +338,11 @@ def test_check_reports_deployment_and_fallback_problems_with_their_paths(tmp_pat
     config_, problems = load_checked(path)
     assert config_ is None
     assert problems == [
-        f"{path}:7:10: routes.0.deployments.1.upstream: names upstream 'ghost', which is not defined in 'upstreams'",
-        f"{path}:8:25: routes.0.fallbacks.1: names route 'nowhere', which is not defined in 'routes'",
-        f"{path}:8:5: routes.0.fallbacks: fallbacks lead back to this route: assistant -> backup -> assistant",
-        f"{path}:11:5: routes.1.fallbacks: fallbacks lead back to this route: backup -> assistant -> backup",
-        f"{path}:2:64: upstreams.0.api_key: environment variable TOOLGATE_TEST_MISSING_KEY is not set"
+        f"{path}:7:10: routes[assistant].deployments[#2].upstream: names upstream 'ghost', which is not defined in 'upstreams'",
+        f"{path}:8:25: routes[assistant].fallbacks[#2]: names route 'nowhere', which is not defined in 'routes'",
+        f"{path}:8:5: routes[assistant].fallbacks: fallbacks lead back to this route: assistant -> backup -> assistant",
+        f"{path}:11:5: routes[backup].fallbacks: fallbacks lead back to this route: backup -> assistant -> backup",
+        f"{path}:2:64: upstreams[a].api_key: environment variable TOOLGATE_TEST_MISSING_KEY is not set"
         " (from env:TOOLGATE_TEST_MISSING_KEY)",
     ]
 

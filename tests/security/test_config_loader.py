@@ -46,21 +46,21 @@ def test_a_route_that_says_plugins_twice_fails_check_and_start_up_naming_both_pl
     path = write(tmp_path, DROPPED_GUARD)
     checked = toolgate("check", str(path))
     assert (checked.returncode, checked.stdout) == (1, "")
-    assert checked.stderr.splitlines() == [duplicate(path, "routes.0.plugins", "plugins")]
+    assert checked.stderr.splitlines() == [duplicate(path, "routes[assistant].plugins", "plugins")]
     served = toolgate("serve", "--config", str(path), "--port", "0")
     assert served.returncode == 2
-    assert served.stderr.splitlines() == [duplicate(path, "routes.0.plugins", "plugins")]
+    assert served.stderr.splitlines() == [duplicate(path, "routes[assistant].plugins", "plugins")]
 
 
 @pytest.mark.parametrize(("text", "dotted", "key"), [
     ("upstreams: [{name: u, kind: inspect}]\nroutes: [{model: m, upstream: u}]\nroutes: []\n", "routes", "routes"),
     ("server: {port: 8080, port: 9090}\nupstreams: [{name: u, kind: inspect}]\nroutes: [{model: m, upstream: u}]\n",
      "server.port", "port"),
-    ("upstreams:\n  - name: u\n    kind: inspect\n    kind: openai\nroutes: [{model: m, upstream: u}]\n", "upstreams.0.kind", "kind"),
+    ("upstreams:\n  - name: u\n    kind: inspect\n    kind: openai\nroutes: [{model: m, upstream: u}]\n", "upstreams[u].kind", "kind"),
     ("upstreams: [{name: u, kind: inspect}]\nroutes:\n  - model: m\n    upstream: u\n    plugins:\n"
-     "      - type: prompt_guard\n        mode: enforce\n        mode: monitor\n", "routes.0.plugins.0.mode", "mode"),
+     "      - type: prompt_guard\n        mode: enforce\n        mode: monitor\n", "routes[m].plugins[prompt_guard].mode", "mode"),
     ("upstreams: [{name: u, kind: inspect}]\nroutes:\n  - model: m\n    upstream: u\n    plugins:\n"
-     "      - type: prompt_guard\n        detectors: {rules: true, rules: false}\n", "routes.0.plugins.0.detectors.rules", "rules"),
+     "      - type: prompt_guard\n        detectors: {rules: true, rules: false}\n", "routes[m].plugins[prompt_guard].detectors.rules", "rules"),
     ("auth:\n  mode: none\n  mode: api_keys\nupstreams: [{name: u, kind: inspect}]\nroutes: [{model: m, upstream: u}]\n",
      "auth.mode", "mode"),
     ("upstreams: [{name: u, kind: inspect}]\nroutes: [{model: m, upstream: u}]\nbridge:\n  enabled: true\n"
@@ -101,17 +101,16 @@ bridge: {enabled: true, connections: 3, enabled: false}
     assert lines == [
         duplicate(path, "bridge.enabled", "enabled"),
         f"{place(path, 'port')}: server.port: Input should be less than or equal to 65535",
-        f"{place(path, 'surprise')}: upstreams.1.surprise: Extra inputs are not permitted",
-        f"{place(path, 'timeoutSeconds')}: routes.0.plugins.0.timeoutSeconds: Input should be greater than 0",
-        f"{place(path, '{type: nope}')}: routes.0.plugins.1: Input tag 'nope' found using 'type' does not match any of the "
-        "expected tags: 'mcp_bridge', 'prompt_guard'",
-        f"{place(path, 'upstream: u')}: routes.1.model: Field required",  # a missing key: the mapping that lacks it
+        f"{place(path, 'surprise')}: upstreams[#2].surprise: unknown key 'surprise'; the keys here: name, kind, api_base, api_key, timeout_seconds",
+        f"{place(path, 'timeoutSeconds')}: routes[m].plugins[mcp].timeoutSeconds: Input should be greater than 0",
+        f"{place(path, 'type: nope')}: routes[m].plugins[#2].type: unknown plugin type 'nope' (the types: mcp_bridge, prompt_guard)",
+        f"{place(path, 'upstream: u')}: routes[#2].model: Field required",  # a missing key: the mapping that lacks it
         f"{place(path, 'connections')}: bridge.connections: Input should be a valid list",
-        f"{place(path, 'name: u')}: upstreams.0.name: upstream name 'u' is used more than once",
-        f"{place(path, 'name: u', 2)}: upstreams.1.name: upstream name 'u' is used more than once",
-        f"{place(path, 'upstream: missing')}: routes.0.upstream: names upstream 'missing', which is not defined in 'upstreams'",
+        f"{place(path, 'name: u')}: upstreams[#1].name: upstream name 'u' is used more than once",
+        f"{place(path, 'name: u', 2)}: upstreams[#2].name: upstream name 'u' is used more than once",
+        f"{place(path, 'upstream: missing')}: routes[m].upstream: names upstream 'missing', which is not defined in 'upstreams'",
         f"{place(path, 'metrics_auth')}: server.metrics_auth: needs a credential to check: set auth.mode to api_keys, jwt or oauth",
-        f"{place(path, 'api_key')}: upstreams.0.api_key: environment variable TG_LOADER_TEST_UNSET is not set (from env:TG_LOADER_TEST_UNSET)",
+        f"{place(path, 'api_key')}: upstreams[#1].api_key: environment variable TG_LOADER_TEST_UNSET is not set (from env:TG_LOADER_TEST_UNSET)",
     ]
 
 

@@ -32,10 +32,10 @@ routes:
         load_config(path)
     problems = caught.value.problems
     assert f"{place(path, 'port')}: server.port: Input should be less than or equal to 65535" in problems
-    assert f"{place(path, '{name: u, kind: openai}')}: upstreams.0: kind 'openai' needs 'api_base' (e.g. http://127.0.0.1:11434/v1)" in problems
-    assert f"{place(path, 'surprise')}: upstreams.1.surprise: Extra inputs are not permitted" in problems
-    assert f"{place(path, 'timeoutSeconds')}: routes.0.plugins.0.timeoutSeconds: Input should be greater than 0" in problems
-    assert any(p.startswith(f"{place(path, '{type: nope}')}: routes.0.plugins.1: Input tag 'nope'") for p in problems)
+    assert f"{place(path, '{name: u, kind: openai}')}: upstreams[#1]: kind 'openai' needs 'api_base' (e.g. http://127.0.0.1:11434/v1)" in problems
+    assert f"{place(path, 'surprise')}: upstreams[#2].surprise: unknown key 'surprise'; the keys here: name, kind, api_base, api_key, timeout_seconds" in problems
+    assert f"{place(path, 'timeoutSeconds')}: routes[m].plugins[mcp].timeoutSeconds: Input should be greater than 0" in problems
+    assert f"{place(path, 'type: nope')}: routes[m].plugins[#2].type: unknown plugin type 'nope' (the types: mcp_bridge, prompt_guard)" in problems
 
 
 def test_a_literal_secret_in_the_config_is_refused(tmp_path: Path) -> None:
@@ -43,7 +43,7 @@ def test_a_literal_secret_in_the_config_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config({"upstreams": [{"name": "u", "kind": "openai", "api_base": "http://x/v1", "api_key": canary.UPSTREAM_KEY}],
                       "routes": [{"model": "m", "upstream": "u"}]}, "cfg")
-    assert caught.value.problems == ["cfg: upstreams.0.api_key: a secret reference: 'env:NAME' or 'file:PATH' (secrets are never written in the config)"]
+    assert caught.value.problems == ["cfg: upstreams[u].api_key: a secret reference: 'env:NAME' or 'file:PATH' (secrets are never written in the config)"]
     assert canary.CANARY not in str(caught.value)
 
 
@@ -54,13 +54,13 @@ def test_every_broken_reference_between_sections_is_reported_with_its_path() -> 
                       "routes": [{"model": "m", "upstream": "missing"}, {"model": "m", "upstream": "u", "plugins": [
                           {"type": "prompt_guard"}, {"type": "prompt_guard"}]}]}, "cfg")
     assert caught.value.problems == [
-        "cfg: upstreams.0.name: upstream name 'u' is used more than once",
-        "cfg: upstreams.1.name: upstream name 'u' is used more than once",
-        "cfg: routes.0.model: route model 'm' is used more than once",
-        "cfg: routes.0.upstream: names upstream 'missing', which is not defined in 'upstreams'",
-        "cfg: routes.1.model: route model 'm' is used more than once",
-        "cfg: routes.1.plugins.0.id: plugin id 'prompt_guard' is used more than once in this chain",
-        "cfg: routes.1.plugins.1.id: plugin id 'prompt_guard' is used more than once in this chain",
+        "cfg: upstreams[#1].name: upstream name 'u' is used more than once",
+        "cfg: upstreams[#2].name: upstream name 'u' is used more than once",
+        "cfg: routes[#1].model: route model 'm' is used more than once",
+        "cfg: routes[#1].upstream: names upstream 'missing', which is not defined in 'upstreams'",
+        "cfg: routes[#2].model: route model 'm' is used more than once",
+        "cfg: routes[#2].plugins[#1].id: plugin id 'prompt_guard' is used more than once in this chain",
+        "cfg: routes[#2].plugins[#2].id: plugin id 'prompt_guard' is used more than once in this chain",
     ]
 
 
@@ -69,7 +69,7 @@ def test_prefetch_tool_outside_the_filter_is_rejected() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config({"upstreams": [{"name": "u", "kind": "inspect"}], "routes": [{"model": "m", "upstream": "u", "plugins": [
             {"type": "mcp_bridge", "endpoint": "http://x/mcp", "toolFilter": ["a"], "prefetchTool": "b"}]}]}, "cfg")
-    assert caught.value.problems == ["cfg: routes.0.plugins.0: prefetchTool 'b' is not in toolFilter (B9)"]
+    assert caught.value.problems == ["cfg: routes[m].plugins[mcp]: prefetchTool 'b' is not in toolFilter (B9)"]
 
 
 def test_check_reports_schema_reference_and_secret_problems_in_one_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -85,11 +85,11 @@ routes:
     assert main(["check", str(path)]) == 1
     assert capsys.readouterr().err.splitlines() == [
         f"{place(path, 'port')}: server.port: Input should be less than or equal to 65535",
-        f"{place(path, 'upstream: missing')}: routes.0.upstream: names upstream 'missing', which is not defined in 'upstreams'",
-        f"{place(path, '{type: mcp_bridge')}: routes.0.plugins.0.id: plugin id 'mcp' is used more than once in this chain",
-        f"{place(path, '{type: mcp_bridge', 2)}: routes.0.plugins.1.id: plugin id 'mcp' is used more than once in this chain",
+        f"{place(path, 'upstream: missing')}: routes[m].upstream: names upstream 'missing', which is not defined in 'upstreams'",
+        f"{place(path, '{type: mcp_bridge')}: routes[m].plugins[#1].id: plugin id 'mcp' is used more than once in this chain",
+        f"{place(path, '{type: mcp_bridge', 2)}: routes[m].plugins[#2].id: plugin id 'mcp' is used more than once in this chain",
         f"{place(path, 'metrics_auth')}: server.metrics_auth: needs a credential to check: set auth.mode to api_keys, jwt or oauth",
-        f"{place(path, 'api_key')}: upstreams.0.api_key: environment variable TG_TEST_UNSET_KEY is not set (from env:TG_TEST_UNSET_KEY)",
+        f"{place(path, 'api_key')}: upstreams[u].api_key: environment variable TG_TEST_UNSET_KEY is not set (from env:TG_TEST_UNSET_KEY)",
     ]
 
 
@@ -112,8 +112,8 @@ def test_unknown_template_tokens_are_config_errors_at_check_and_start_up(
     assert main(["check", str(path)]) == 1
     assert main(["serve", "--config", str(path)]) == 2  # start-up refuses the same file
     err = capsys.readouterr().err
-    assert f": routes.0.plugins.0.{field}: unknown template token {token}; the tokens are" in err
-    assert f"{place(path, json.dumps(field))}: routes.0.plugins.0.{field}: unknown template token {token}" in err
+    assert f": routes[m].plugins[mcp].{field}: unknown template token {token}; the tokens are" in err
+    assert f"{place(path, json.dumps(field))}: routes[m].plugins[mcp].{field}: unknown template token {token}" in err
 
 
 def test_secret_references_resolve_from_env_and_files(tmp_path: Path) -> None:
@@ -140,7 +140,7 @@ def test_check_names_unset_secrets_without_values(tmp_path: Path, monkeypatch: p
     monkeypatch.delenv("TG_TEST_KEY", raising=False)
     path = write(tmp_path, GOOD)
     assert main(["check", str(path)]) == 1
-    assert capsys.readouterr().err == f"{place(path, 'api_key')}: upstreams.0.api_key: environment variable TG_TEST_KEY is not set (from env:TG_TEST_KEY)\n"
+    assert capsys.readouterr().err == f"{place(path, 'api_key')}: upstreams[local].api_key: environment variable TG_TEST_KEY is not set (from env:TG_TEST_KEY)\n"
 
 
 def test_check_reports_broken_yaml_with_its_position(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

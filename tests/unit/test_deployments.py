@@ -152,20 +152,20 @@ def test_a_route_with_both_forms_or_neither_is_refused_with_its_path() -> None:
     # R: O1
     both = problems(base(upstream="a", deployments=[{"upstream": "b", "model": "y"}]))
     neither = problems(base())
-    assert both == ["c.yaml: routes.0: give either 'upstream' (one upstream) or 'deployments' (a list), not both and not neither"]
+    assert both == ["c.yaml: routes[m]: give either 'upstream' (one upstream) or 'deployments' (a list), not both and not neither"]
     assert neither == both
 
 
 def test_a_deployment_naming_an_unknown_upstream_is_refused_with_its_path() -> None:
     # R: O1
     found = problems(base(deployments=[{"upstream": "a", "model": "x"}, {"upstream": "nope", "model": "y"}]))
-    assert found == ["c.yaml: routes.0.deployments.1.upstream: names upstream 'nope', which is not defined in 'upstreams'"]
+    assert found == ["c.yaml: routes[m].deployments[#2].upstream: names upstream 'nope', which is not defined in 'upstreams'"]
 
 
 def test_bad_deployment_values_are_refused_with_their_paths() -> None:
     # R: O1
     found = problems(base(deployments=[{"upstream": "a", "model": "x", "weight": 0, "timeout_seconds": -1}], retries=-1))
-    assert [p.split(":")[1].strip() for p in found] == ["routes.0.deployments.0.weight", "routes.0.deployments.0.timeout_seconds", "routes.0.retries"]
+    assert [p.split(":")[1].strip() for p in found] == ["routes[m].deployments[#1].weight", "routes[m].deployments[#1].timeout_seconds", "routes[m].retries"]
 
 
 def test_fallbacks_naming_unknown_routes_or_forming_a_cycle_are_refused() -> None:
@@ -179,10 +179,10 @@ def test_fallbacks_naming_unknown_routes_or_forming_a_cycle_are_refused() -> Non
         ],
     }
     assert problems(data) == [
-        "c.yaml: routes.0.fallbacks.1: names route 'ghost', which is not defined in 'routes'",
-        "c.yaml: routes.0.fallbacks: fallbacks lead back to this route: big -> small -> tiny -> big",
-        "c.yaml: routes.1.fallbacks: fallbacks lead back to this route: small -> tiny -> big -> small",
-        "c.yaml: routes.2.fallbacks: fallbacks lead back to this route: tiny -> big -> small -> tiny",
+        "c.yaml: routes[big].fallbacks[#2]: names route 'ghost', which is not defined in 'routes'",
+        "c.yaml: routes[big].fallbacks: fallbacks lead back to this route: big -> small -> tiny -> big",
+        "c.yaml: routes[small].fallbacks: fallbacks lead back to this route: small -> tiny -> big -> small",
+        "c.yaml: routes[tiny].fallbacks: fallbacks lead back to this route: tiny -> big -> small -> tiny",
     ]
 
 

@@ -166,11 +166,11 @@ def test_only_a_turn_made_of_confirmations_confirms() -> None:
 
 
 @pytest.mark.parametrize(("guard", "path"), [
-    ({"firewall": {"block_threshold": 2}}, "routes.0.plugins.0.firewall.block_threshold"),
-    ({"firewall": {"trusted_arguments": [{"tool": "pay"}]}}, "routes.0.plugins.0.firewall.trusted_arguments.0.argument"),
-    ({"firewall": {"confirmations": {"ttl_seconds": 0}}}, "routes.0.plugins.0.firewall.confirmations.ttl_seconds"),
-    ({"firewall": {"spotlight": "yes"}}, "routes.0.plugins.0.firewall.spotlight"),
-    ({"firewall": {"egress": {"allowed": []}}}, "routes.0.plugins.0.firewall.egress.allowed"),
+    ({"firewall": {"block_threshold": 2}}, "routes[m].plugins[prompt_guard].firewall.block_threshold"),
+    ({"firewall": {"trusted_arguments": [{"tool": "pay"}]}}, "routes[m].plugins[prompt_guard].firewall.trusted_arguments[#1].argument"),
+    ({"firewall": {"confirmations": {"ttl_seconds": 0}}}, "routes[m].plugins[prompt_guard].firewall.confirmations.ttl_seconds"),
+    ({"firewall": {"spotlight": "yes"}}, "routes[m].plugins[prompt_guard].firewall.spotlight"),
+    ({"firewall": {"egress": {"allowed": []}}}, "routes[m].plugins[prompt_guard].firewall.egress.allowed"),
 ])
 def test_a_malformed_firewall_policy_stops_start_up_with_the_keys_path(guard: dict[str, object], path: str) -> None:
     # R: T3, G8

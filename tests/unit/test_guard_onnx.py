@@ -222,13 +222,13 @@ def test_bad_onnx_model_settings_are_config_errors_with_their_path() -> None:
                 {"type": "prompt_guard", "onnx_model": spec}]}]}, "cfg")
         return err.value.problems
 
-    assert problems({"tokenizer": "t.json"}) == ["cfg: routes.0.plugins.0.onnx_model.path: Field required"]
+    assert problems({"tokenizer": "t.json"}) == ["cfg: routes[m].plugins[prompt_guard].onnx_model.path: Field required"]
     assert problems({"path": "m.onnx", "tokenizer": "t.json", "max_tokens": 4}) == [
-        "cfg: routes.0.plugins.0.onnx_model.max_tokens: Input should be greater than or equal to 8"]
+        "cfg: routes[m].plugins[prompt_guard].onnx_model.max_tokens: Input should be greater than or equal to 8"]
     assert problems({"path": "m.onnx", "tokenizer": "t.json", "injection_label": -1}) == [
-        "cfg: routes.0.plugins.0.onnx_model: injection_label must be a label index (>= 0) or a list of distinct ones"]
+        "cfg: routes[m].plugins[prompt_guard].onnx_model: injection_label must be a label index (>= 0) or a list of distinct ones"]
     assert problems({"path": "m.onnx", "tokenizer": "t.json", "labels": 3})[0].startswith(
-        "cfg: routes.0.plugins.0.onnx_model.labels: Extra inputs are not permitted")
+        "cfg: routes[m].plugins[prompt_guard].onnx_model.labels: unknown key 'labels'")
 
 
 def test_without_the_extra_configuring_a_model_names_the_pip_extra(
@@ -242,7 +242,7 @@ def test_without_the_extra_configuring_a_model_names_the_pip_extra(
         parse_config({"upstreams": [{"name": "u", "kind": "inspect"}], "routes": [{"model": "m", "upstream": "u", "plugins": [
             {"type": "prompt_guard", "onnx_model": {"path": "m.onnx", "tokenizer": "t.json"}}]}]}, "cfg")
     [problem] = err.value.problems
-    assert problem.startswith("cfg: routes.0.plugins.0.onnx_model: onnx_model needs the packages onnxruntime")
+    assert problem.startswith("cfg: routes[m].plugins[prompt_guard].onnx_model: onnx_model needs the packages onnxruntime")
     assert problem.endswith(f"install the optional extra: {EXTRA}")
     (tmp_path / "m.onnx").write_bytes(b"x")
     (tmp_path / "t.json").write_text("{}")

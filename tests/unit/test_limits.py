@@ -151,11 +151,11 @@ BASE = {"upstreams": [{"name": "u", "kind": "inspect"}], "routes": [{"model": "m
 @pytest.mark.parametrize(("limits", "problem"), [
     ({"rules": []}, "limits.rules: List should have at least 1 item after validation, not 0"),
     ({"rules": [{"per": "user"}]},
-     "limits.rules.0: a rule needs at least one of requests_per_minute, tokens_per_minute, concurrent or budget"),
-    ({"rules": [{"per": "team", "concurrent": 1}]}, "limits.rules.0.per: Input should be 'key', 'user', 'org' or 'route'"),
-    ({"rules": [{"per": "user", "requests_per_minute": 0}]}, "limits.rules.0.requests_per_minute: Input should be greater than or equal to 1"),
+     "limits.rules[#1]: a rule needs at least one of requests_per_minute, tokens_per_minute, concurrent or budget"),
+    ({"rules": [{"per": "team", "concurrent": 1}]}, "limits.rules[#1].per: Input should be 'key', 'user', 'org' or 'route'"),
+    ({"rules": [{"per": "user", "requests_per_minute": 0}]}, "limits.rules[#1].requests_per_minute: Input should be greater than or equal to 1"),
     ({"rules": [{"per": "user", "budget": {"usd": 5, "period": "week"}}], "prices": {"gpt-x": {"input_per_million": 1, "output_per_million": 2}}},
-     "limits.rules.0.budget.period: Input should be 'hour', 'day' or 'month'"),
+     "limits.rules[#1].budget.period: Input should be 'hour', 'day' or 'month'"),
     ({"redis": "redis://:hunter2@127.0.0.1:6379/0", "rules": [{"per": "user", "concurrent": 1}]},
      "limits.redis: holds a password: give it as limits.password (an env:/file: reference) instead"),
     ({"redis": "http://127.0.0.1:6379", "rules": [{"per": "user", "concurrent": 1}]},
@@ -164,11 +164,11 @@ BASE = {"upstreams": [{"name": "u", "kind": "inspect"}], "routes": [{"model": "m
     ({"rules": [{"per": "user", "concurrent": 1}, {"per": "user", "requests_per_minute": 3}]},
      "limits: rules ['user'] share a name: give each rule its own 'name'"),
     ({"rules": [{"per": "user", "route": "nope", "concurrent": 1}]},
-     "limits.rules.0.route: names route 'nope', which is not defined in 'routes'"),
+     "limits.rules[#1].route: names route 'nope', which is not defined in 'routes'"),
     ({"rules": [{"per": "org", "budget": {"usd": 5}}]},
-     "limits.rules.0.budget: route 'm' calls upstream model 'gpt-x', which has no entry in limits.prices"),
+     "limits.rules[#1].budget: route 'm' calls upstream model 'gpt-x', which has no entry in limits.prices"),
     ({"rules": [{"per": "key", "requests_per_minute": 5}]},  # BASE has no auth: every bearer string is accepted
-     "limits.rules.0.per: with auth.mode none every bearer string is accepted, so a per-key rule would count whatever "
+     "limits.rules[#1].per: with auth.mode none every bearer string is accepted, so a per-key rule would count whatever "
      "string a caller sends (a new one each time is never limited): use per: route, or turn authentication on"),
 ])
 def test_an_invalid_limits_section_stops_start_up_naming_the_key(limits: dict, problem: str) -> None:
@@ -191,7 +191,7 @@ limits:
 """)
     assert main(["check", str(path)]) == 1
     assert capsys.readouterr().err.splitlines() == [
-        f"{place(path, 'requests_per_minute')}: limits.rules.0.requests_per_minute: Input should be greater than or equal to 1",
+        f"{place(path, 'requests_per_minute')}: limits.rules[#1].requests_per_minute: Input should be greater than or equal to 1",
         f"{place(path, 'password')}: limits.password: environment variable TG_TEST_UNSET_REDIS_PASSWORD is not set"
         " (from env:TG_TEST_UNSET_REDIS_PASSWORD)",
     ]
