@@ -20,8 +20,13 @@ when it can, asking Redis only when it must:
   `stale_seconds / 4` (or on the next admission that asks). So the one inexactness is other
   replicas' charges of the last `stale_seconds` and a bit, which a budget or a token limit
   (charged after the fact anyway) already tolerates.
-- **concurrency slots** are always taken and freed in Redis (a request holding a slot must be
-  seen by every replica at once): a rule with `concurrent` keeps its round trip per request.
+- **concurrency slots — leased too.** Where `lease_share` × a `concurrent` limit ≥ 2, an admission
+  that goes to Redis adds that many slots to the rule's one set at once (named `<holder>#1…`, each
+  lapsing after the rule's hold like any slot); the replica hands its free ones to the requests it
+  admits and takes them back when they end, without Redis. Slots in Redis never exceed the limit,
+  so neither do requests in flight across replicas; a replica holds at most its lease free where
+  another cannot use it. A slot lease is used for new requests for `stale_seconds`; then its free
+  slots are removed from Redis, and each slot still in use is removed when its request ends.
 
 Leases and readings are keyed by counter key (which names the rule, the subject and, for budgets,
 the calendar period), so a new period starts a new reading.
@@ -39,7 +44,7 @@ from gateway.limits.counters import Charge
 from gateway.limits.redis_counters import RedisCounters
 
 MOST_LEASED = 1000
-"""No lease holds more requests than this, whatever the limit and share."""
+"""No lease holds more requests or slots than this, whatever the limit and share."""
 
 
 @dataclass
@@ -51,6 +56,15 @@ class _Lease:
     remaining: float
     """The bucket's `remaining` as Redis answered when the lease was taken (after taking it)."""
     reset: float
+    at: float
+
+
+@dataclass
+class _Slots:
+    """Concurrency slots a replica added to a rule's set at once: the members no request holds now."""
+
+    check: Check
+    free: list[str]
     at: float
 
 
@@ -85,6 +99,11 @@ class _Reading:
             self.used += amount
 
 
+_Taken = _Lease | tuple[_Slots, str] | None
+"""What an admission took here for one check before asking Redis: one request of a lease, one free
+slot (its member name), or nothing."""
+
+
 class LeasingCounters:
     """The Redis counters with leases and readings in front (see the module docstring)."""
 
@@ -100,36 +119,82 @@ class LeasingCounters:
         self.stale_seconds = stale_seconds
         self.clock = clock
         self._leases: dict[str, _Lease] = {}
+        self._slots: dict[str, _Slots] = {}
         self._readings: dict[str, _Reading] = {}
+        self._held: dict[str, dict[str, tuple[str, _Slots | None]]] = {}
+        """Admission holder → concurrency key → (the slot's member name in Redis, the lease it came from)."""
 
     async def ping(self) -> None:
         await self.redis.ping()
 
     def lease_size(self, check: Check) -> int:
-        """How many requests one admission takes at once from `check`'s bucket (1: no lease)."""
+        """How many requests or slots one admission takes at once for `check` (1: no lease)."""
         return max(1, min(MOST_LEASED, int(check.limit * self.lease_share)))
 
     async def admit(self, checks: Sequence[Check], holder: str) -> list[Outcome]:
         now = self.clock()
-        local = self._local(checks, now)
+        taken = [self._take(check, now) for check in checks]
+        local = self._local(checks, taken, now)
         if local is not None:
-            for check in checks:
-                if check.kind == "requests":
-                    self._take(check.key)
+            self._hold(holder, checks, taken)
             return local
-        return await self._remote(checks, holder, now)
+        try:
+            return await self._remote(checks, taken, holder)
+        except BaseException:
+            self._put_back(checks, taken)
+            raise
 
-    def _local(self, checks: Sequence[Check], now: float) -> list[Outcome] | None:
-        """The outcomes when every check can be answered here and allows; else None (ask Redis)."""
+    def _take(self, check: Check, now: float) -> _Taken:
+        """One request or slot of a fresh lease on `check`, if this replica holds one."""
+        if check.kind == "requests":
+            lease = self._leases.get(check.key)
+            if lease is not None and now - lease.at > self.stale_seconds:
+                del self._leases[check.key]
+                if lease.left:
+                    self.redis.give_back(lease.check, lease.left)
+                return None
+            if lease is None or lease.left < 1:
+                return None
+            lease.left -= 1
+            return lease
+        if check.kind == "concurrent":
+            slots = self._slots.get(check.key)
+            if slots is not None and now - slots.at > self.stale_seconds:
+                del self._slots[check.key]
+                for member in slots.free:
+                    self._remove_slot(slots.check, member)
+                return None
+            if slots is None or not slots.free:
+                return None
+            return slots, slots.free.pop()
+        return None
+
+    def _put_back(self, checks: Sequence[Check], taken: Sequence[_Taken]) -> None:
+        """Return what `_take` took for an admission that did not happen."""
+        for check, took in zip(checks, taken):
+            if isinstance(took, _Lease):
+                if self._leases.get(check.key) is took:
+                    took.left += 1
+                else:
+                    self.redis.give_back(check, 1)
+            elif took is not None:
+                slots, member = took
+                if self._slots.get(check.key) is slots:
+                    slots.free.append(member)
+                else:
+                    self._remove_slot(check, member)
+
+    def _remove_slot(self, check: Check, member: str) -> None:
+        self.redis.queue_release(check, member)
+
+    def _local(self, checks: Sequence[Check], taken: Sequence[_Taken], now: float) -> list[Outcome] | None:
+        """The outcomes when every check was answered here and allows; else None (ask Redis)."""
         outcomes: list[Outcome] = []
-        needed: dict[str, int] = {}
-        for check in checks:
-            if check.kind == "requests":
-                lease = self._fresh_lease(check.key, now)
-                needed[check.key] = needed.get(check.key, 0) + 1
-                if lease is None or lease.left < needed[check.key]:
-                    return None
-                outcomes.append(Outcome(True, lease.remaining + lease.left - needed[check.key], max(0.0, lease.reset - (now - lease.at))))
+        for check, took in zip(checks, taken):
+            if isinstance(took, _Lease):
+                outcomes.append(Outcome(True, took.remaining + took.left, max(0.0, took.reset - (now - took.at))))
+            elif took is not None:
+                outcomes.append(Outcome(True, len(took[0].free), 0.0))
             elif check.kind in ("tokens", "budget"):
                 reading = self._readings.get(check.key)
                 if reading is None or now - reading.read_at > self.stale_seconds:
@@ -142,48 +207,40 @@ class LeasingCounters:
                 return None
         return outcomes
 
-    def _fresh_lease(self, key: str, now: float) -> _Lease | None:
-        """The lease on `key` if it is young enough; an old one is given back (what is left of it)."""
-        lease = self._leases.get(key)
-        if lease is not None and now - lease.at > self.stale_seconds:
-            del self._leases[key]
-            if lease.left:
-                self.redis.give_back(lease.check, lease.left)
-            return None
-        return lease
+    def _hold(self, holder: str, checks: Sequence[Check], taken: Sequence[_Taken]) -> None:
+        for check, took in zip(checks, taken):
+            if isinstance(took, tuple):
+                self._held.setdefault(holder, {})[check.key] = (took[1], took[0])
 
-    def _take(self, key: str) -> None:
-        lease = self._leases[key]
-        lease.left -= 1
-        if lease.left <= 0:
-            del self._leases[key]
-
-    async def _remote(self, checks: Sequence[Check], holder: str, now: float) -> list[Outcome]:
-        """One round trip: requests checks with a lease here are only read (`want` 0) and take from
-        the lease; the others ask for a lease's worth; tokens and budgets refresh their readings."""
-        wants: list[int] = []
-        for check in checks:
-            if check.kind != "requests":
-                wants.append(1)
-            elif self._fresh_lease(check.key, now) is not None:
-                wants.append(0)
-            else:
-                wants.append(self.lease_size(check))
+    async def _remote(self, checks: Sequence[Check], taken: Sequence[_Taken], holder: str) -> list[Outcome]:
+        """One round trip: what was taken here is only read there (`want` 0); the other requests and
+        concurrency checks ask for a lease's worth; tokens and budgets refresh their readings."""
+        wants = [0 if took is not None else self.lease_size(c) if c.kind in ("requests", "concurrent") else 1
+                 for c, took in zip(checks, taken)]
         outcomes, granted = await self.redis.lease(checks, holder, wants)
         after = self.clock()
         allowed = all(o.allowed for o in outcomes)
-        for i, (check, outcome, want, taken) in enumerate(zip(checks, outcomes, wants, granted)):
+        if not allowed:
+            self._put_back(checks, taken)
+        for i, (check, outcome, took, got) in enumerate(zip(checks, outcomes, taken, granted)):
             if check.kind in ("tokens", "budget"):
                 used = outcome.reset if check.kind == "tokens" else check.limit - outcome.remaining
                 self._readings[check.key] = _Reading(check, used, after, after)
-            elif check.kind == "requests" and allowed:
-                if want == 0:
-                    self._take(check.key)
-                    left = self._leases[check.key].left if check.key in self._leases else 0
-                    outcomes[i] = replace(outcome, remaining=outcome.remaining + left)
-                elif taken > 1:
-                    self._leases[check.key] = _Lease(check, taken - 1, outcome.remaining, outcome.reset, after)
-                    outcomes[i] = replace(outcome, remaining=outcome.remaining + taken - 1)  # the lease is this replica's to use
+            elif not allowed:
+                continue
+            elif check.kind == "requests":
+                left = took.left if isinstance(took, _Lease) else got - 1
+                if got > 1:
+                    self._leases[check.key] = _Lease(check, got - 1, outcome.remaining, outcome.reset, after)
+                outcomes[i] = replace(outcome, remaining=outcome.remaining + left)  # the lease is this replica's to use
+            elif took is None and got > 1:
+                slots = _Slots(check, [f"{holder}#{n}" for n in range(got, 1, -1)], after)
+                self._slots[check.key] = slots
+                self._held.setdefault(holder, {})[check.key] = (f"{holder}#1", slots)
+            elif took is None:
+                self._held.setdefault(holder, {})[check.key] = (holder, None)
+        if allowed:
+            self._hold(holder, checks, taken)
         return outcomes
 
     async def settle(self, charges: Sequence[Charge], releases: Sequence[Check], holder: str) -> None:
@@ -192,12 +249,24 @@ class LeasingCounters:
             reading = self._readings.get(charge.check.key)
             if reading is not None:
                 reading.charge(charge.amount, now)
-        await self.redis.settle(charges, releases, holder)
+        held = self._held.pop(holder, {})
+        for check in releases:
+            member, slots = held.get(check.key, (holder, None))
+            current = self._slots.get(check.key)
+            if slots is not None and current is slots and now - slots.at <= self.stale_seconds:
+                slots.free.append(member)  # back to this replica's lease: no Redis
+            else:
+                self._remove_slot(check, member)
+        await self.redis.settle(charges, [], holder)
 
     async def close(self) -> None:
         """Give back what the leases hold, then send everything pending and close."""
         for lease in self._leases.values():
             if lease.left:
                 self.redis.give_back(lease.check, lease.left)
+        for slots in self._slots.values():
+            for member in slots.free:
+                self._remove_slot(slots.check, member)
         self._leases.clear()
+        self._slots.clear()
         await self.redis.close()

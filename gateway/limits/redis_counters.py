@@ -7,7 +7,8 @@ after the budget's period), concurrency slots freed, leased requests given back 
 admits one request: it evaluates every check and takes units and slots only when all allow
 (requests: a GCRA `tat` in a string key with a TTL, `want` of them at once when they fit — a
 replica's lease, gateway.limits.leases — else one; concurrency: a sorted set of holders scored by
-when their slot lapses, lapsed ones dropped first; tokens and budgets: read only). Numbers cross as
+when their slot lapses, lapsed ones dropped first, `want` slots at once named `holder#1…` when
+they fit, else one named `holder`; `want` 0: only read; tokens and budgets: read only). Numbers cross as
 text (Lua would truncate floats to integers); the admission answers one string, `ok remaining
 reset retry granted` per check, comma-separated, which parses faster than a nested reply.
 """
@@ -55,7 +56,7 @@ for i = 1, m do
   end
 end
 local base = 3 + m * 5
-local out, newtat, all = {}, {}, true
+local out, newtat, slots, all = {}, {}, {}, true
 for i = m + 1, #KEYS do
   local key, j = KEYS[i], base + (i - m - 1) * 4
   local kind, limit, period, want = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
@@ -93,16 +94,20 @@ for i = m + 1, #KEYS do
     else
       remaining, reset = limit - spent, period
     end
+  elseif want == 0 then
+    granted = 0
   else
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
     local n = redis.call('ZCARD', key)
+    if want > 1 and n + want > limit then want = 1 end
     if n >= limit then
       ok, reset, retry = 0, 1, 1
     else
-      remaining = limit - n - 1
+      remaining, granted = limit - n - want, want
     end
   end
   if ok == 0 then all = false end
+  slots[i] = granted
   out[i - m] = string.format('%d %.6f %.6f %.6f %d', ok, remaining, reset, retry, granted)
 end
 if all then
@@ -111,8 +116,13 @@ if all then
     local kind, period = ARGV[j], tonumber(ARGV[j + 2])
     if kind == 'r' and newtat[key] then
       redis.call('SET', key, string.format('%.6f', newtat[key]), 'PX', math.ceil((newtat[key] - now) * 1000) + 1)
-    elseif kind == 'c' then
+    elseif kind == 'c' and slots[i] == 1 then
       redis.call('ZADD', key, now + period, holder)
+      redis.call('PEXPIRE', key, math.ceil(period * 1000) + 1)
+    elseif kind == 'c' and slots[i] > 1 then
+      for x = 1, slots[i] do
+        redis.call('ZADD', key, now + period, holder .. '#' .. x)
+      end
       redis.call('PEXPIRE', key, math.ceil(period * 1000) + 1)
     end
   end
@@ -245,9 +255,10 @@ class RedisCounters:
         return outcomes
 
     async def lease(self, checks: Sequence[Check], holder: str, wants: Sequence[int]) -> tuple[list[Outcome], list[int]]:
-        """`admit`, taking `wants[i]` requests of each requests check at once where they fit in its
-        bucket (else one, as `admit`): the outcomes, and per check how many were taken (0 for the
-        other kinds, or when refused). `remaining` counts after everything taken."""
+        """`admit`, taking `wants[i]` requests or concurrency slots of each such check at once where
+        they fit (else one, as `admit`; 0: none, the check only read): the outcomes, and per check
+        how many were taken (0 for tokens and budgets, or when refused). Slots taken more than one at
+        a time are named `holder#1` … `holder#n`. `remaining` counts after everything taken."""
         args: list[str | float] = [holder]
         for check, want in zip(checks, wants):
             args += [_KINDS[check.kind], check.limit, check.period, want]
@@ -262,6 +273,12 @@ class RedisCounters:
             granted = [0] * len(granted)  # refused by any check, the script took nothing
         return outcomes, granted
 
+    def queue_release(self, check: Check, member: str) -> None:
+        """Queue freeing one concurrency slot (`member` of `check`'s set), like `settle`'s releases."""
+        self._pending_keys.append(check.key)
+        self._pending_args += ["c", check.limit, check.period, 0, member]
+        self._flush_later()
+
     def give_back(self, check: Check, count: int) -> None:
         """Queue the return of `count` requests taken by `lease` and never used (the bucket's `tat`
         moves back by as many intervals, never before now); it reaches Redis like a settlement."""
@@ -275,8 +292,7 @@ class RedisCounters:
             self._pending_keys.append(charge.check.key)
             self._pending_args += [_KINDS[charge.check.kind], charge.check.limit, charge.check.period, charge.amount, holder]
         for check in releases:
-            self._pending_keys.append(check.key)
-            self._pending_args += ["c", check.limit, check.period, 0, holder]
+            self.queue_release(check, holder)
         self._flush_later()
 
     def _flush_later(self) -> None:

@@ -179,3 +179,77 @@ def test_own_token_charges_refuse_the_next_request_at_once_through_redis(prefix)
             await counters.close()
 
     assert asyncio.run(scenario()) == [True, False]
+
+
+def test_concurrency_slots_are_leased_handed_out_here_and_never_exceed_the_limit_across_replicas(prefix) -> None:
+    # R: O2 -- a lease adds slots to the one set; requests in flight across replicas stay within the limit
+    slot = Check("concurrent", "c", f"{prefix}slot", 40, 600)  # 5 % of 40: leases of 2
+    clock = Clock()
+
+    def in_redis() -> int:
+        client = redis_py.Redis.from_url(redis_support.URL)
+        try:
+            return int(client.zcard(slot.key))
+        finally:
+            client.close()
+
+    async def scenario() -> tuple[int, int, int, int]:
+        first, second = replica(clock), replica(clock)
+        holders: list[tuple[LeasingCounters, str]] = []
+        try:
+            refused = 0
+            for n in range(60):
+                counters = (first, second)[n % 2]
+                [outcome] = await counters.admit([slot], f"h{n}")
+                if outcome.allowed:
+                    holders.append((counters, f"h{n}"))
+                else:
+                    refused += 1
+            in_flight, held = len(holders), in_redis()
+            for counters, holder in holders:
+                await counters.settle([], [slot], holder)  # back to the leases, or removed
+            await first.close()
+            await second.close()
+            return in_flight, refused, held, in_redis()
+        finally:
+            await first.close()
+            await second.close()
+
+    in_flight, refused, held, after = asyncio.run(scenario())
+    assert in_flight == 40 and refused == 20  # exactly the limit, across both replicas
+    assert held == 40
+    assert after == 0  # every slot freed: the free ones of each lease removed at close
+
+
+def test_a_slot_freed_here_is_reused_without_redis_and_an_old_lease_is_removed(prefix) -> None:
+    # R: O2
+    slot = Check("concurrent", "c", f"{prefix}slot", 100, 600)  # leases of 5
+    clock = Clock()
+
+    def members() -> set[bytes]:
+        client = redis_py.Redis.from_url(redis_support.URL)
+        try:
+            return set(client.zrange(slot.key, 0, -1))
+        finally:
+            client.close()
+
+    async def scenario() -> tuple[set[bytes], set[bytes], set[bytes]]:
+        counters = replica(clock)
+        try:
+            await counters.admit([slot], "a")
+            leased = members()
+            await counters.settle([], [slot], "a")
+            await counters.admit([slot], "b")  # a free slot of the lease: nothing new in Redis
+            again = members()
+            clock.now += 0.5  # the lease is old: its free slots go, "b"'s slot goes when b ends
+            await counters.admit([slot], "c")
+            await counters.settle([], [slot], "b")
+            await counters.redis.flush()
+            return leased, again, members()
+        finally:
+            await counters.close()
+
+    leased, again, later = asyncio.run(scenario())
+    assert leased == {f"a#{n}".encode() for n in range(1, 6)}
+    assert again == leased
+    assert later == {f"c#{n}".encode() for n in range(1, 6)}
