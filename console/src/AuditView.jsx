@@ -1,9 +1,17 @@
 // C4: the account's audit records — newest first, filtered, paged, read-only.
 import { useEffect, useState } from "react";
-import { api } from "./api.js";
+import { api, localTime, timeZone } from "./api.js";
 
 const PAGE = 20;
 const FILTERS = ["action", "resource", "scope", "status"];
+
+/** Why a record failed: its own reason, or its failed nodes' (a pipeline run). */
+function reasonOf(r) {
+  if (r.reason) return r.reason;
+  const nodes = [r.nodes, r.args?.nodes].find(Array.isArray) || [];  // a graph save's args.nodes is a count
+  const failed = nodes.filter((n) => n && n.status === "failed");
+  return failed.map((n) => `${n.id}: ${n.reason || "failed"}`).join("; ") || (typeof r.error === "string" ? r.error : "");
+}
 
 export function AuditView() {
   const [filters, setFilters] = useState({ action: "", resource: "", scope: "", status: "", since: "", until: "" });
@@ -18,7 +26,12 @@ export function AuditView() {
   useEffect(() => {
     const query = new URLSearchParams({ limit: String(PAGE + 1) });
     for (const [k, v] of Object.entries(applied)) {
-      if (v) query.set(k, k === "since" || k === "until" ? new Date(v).toISOString() : v);
+      if (!v) continue;
+      // a picker's value is a time in the browser's zone, as the rows show them (`new Date` reads it so)
+      // (until takes the whole of its last second or minute: a row shown at that time is in)
+      if (k === "since") query.set(k, new Date(v).toISOString());
+      else if (k === "until") query.set(k, new Date(new Date(v).getTime() + (v.length > 16 ? 999 : 59_999)).toISOString());
+      else if (v) query.set(k, v);
     }
     if (before !== null) query.set("before", String(before));
     api("GET", `/audit?${query}`)
@@ -28,9 +41,11 @@ export function AuditView() {
 
   const apply = (e) => { e.preventDefault(); setApplied(filters); setPages([null]); setAsked((n) => n + 1); };
 
+  const zone = timeZone();
   return (
     <main className="page">
       <h2>Audit Logs</h2>
+      <p className="hint" data-testid="zone">Times are in your browser's zone, {zone}.</p>
       <form className="inline" onSubmit={apply} aria-label="filters">
         {FILTERS.map((f) => (
           <label key={f} className="field"><span>{f}</span>
@@ -41,24 +56,25 @@ export function AuditView() {
               : <input name={f} value={filters[f]} onChange={(e) => setFilters({ ...filters, [f]: e.target.value })} />}
           </label>
         ))}
-        <label className="field"><span>since</span><input type="datetime-local" name="since" value={filters.since} onChange={(e) => setFilters({ ...filters, since: e.target.value })} /></label>
-        <label className="field"><span>until</span><input type="datetime-local" name="until" value={filters.until} onChange={(e) => setFilters({ ...filters, until: e.target.value })} /></label>
+        <label className="field"><span>since ({zone})</span><input type="datetime-local" step="1" name="since" value={filters.since} onChange={(e) => setFilters({ ...filters, since: e.target.value })} /></label>
+        <label className="field"><span>until ({zone})</span><input type="datetime-local" step="1" name="until" value={filters.until} onChange={(e) => setFilters({ ...filters, until: e.target.value })} /></label>
         <button type="submit">Filter</button>
       </form>
       {error && <p className="error" role="alert">{error}</p>}
-      <table className="list" data-testid="audit">
-        <thead><tr><th>time</th><th>action</th><th>actor</th><th>resource</th><th>scope</th><th>mutating</th><th>status</th><th>ms</th><th>args</th></tr></thead>
+      <div className="scroll"><table className="list audit" data-testid="audit">
+        <thead><tr><th>time ({zone})</th><th>action</th><th>actor</th><th>resource</th><th>scope</th><th>mutating</th><th>status</th><th>ms</th><th>reason</th><th>args</th></tr></thead>
         <tbody>
           {records.map((r) => (
             <tr key={r.seq} data-seq={r.seq}>
-              <td>{new Date(r.ts * 1000).toISOString().replace("T", " ").slice(0, 19)}</td>
+              <td className="time" title={new Date(r.ts * 1000).toISOString()}>{localTime(new Date(r.ts * 1000))}</td>
               <td>{r.action}</td><td>{r.actor.email || r.actor.id}</td><td>{r.resource}</td><td>{r.scope}</td>
               <td>{r.mutating ? "yes" : "no"}</td><td className={r.status}>{r.status}</td><td>{r.duration_ms}</td>
-              <td><code>{JSON.stringify(r.args)}</code></td>
+              <td className="reason">{reasonOf(r)}</td>
+              <td className="args"><code>{JSON.stringify(r.args)}</code></td>
             </tr>
           ))}
         </tbody>
-      </table>
+      </table></div>
       {records.length === 0 && <p className="hint">No records.</p>}
       <nav className="pager">
         <button disabled={pages.length === 1} onClick={() => setPages(pages.slice(0, -1))}>Newer</button>

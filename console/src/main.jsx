@@ -5,11 +5,18 @@ import "./console.css";
 import { ConnectionsView } from "./ConnectionsView.jsx";
 import { GraphEditor } from "./GraphEditor.jsx";
 import { AuditView } from "./AuditView.jsx";
+import { mayLeave } from "./guard.js";
 
 function useHash() {
   const [hash, setHash] = useState(window.location.hash);
   useEffect(() => {
-    const changed = () => setHash(window.location.hash);
+    const changed = (e) => {
+      if (!mayLeave()) {  // unsaved edits, and the user stays: the address goes back to the editor's
+        window.history.replaceState(null, "", e.oldURL);
+        return;
+      }
+      setHash(window.location.hash);
+    };
     window.addEventListener("hashchange", changed);
     return () => window.removeEventListener("hashchange", changed);
   }, []);

@@ -22,7 +22,7 @@ from urllib.parse import parse_qs
 
 import jinja2
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -106,6 +106,7 @@ class Console:
             Route("/console/signin", rendered(self.sign_in, self._scrub), methods=["POST"]),
             Route("/console/signout", rendered(self.sign_out, self._scrub), methods=["POST"]),
             Mount(ASSETS, app=StaticFiles(directory=HERE / "static", check_dir=False), name="console-assets"),
+            Route("/favicon.ico", self.favicon, methods=["GET"]),  # asked for by browsers that ignore the page's icon link
             *self._extra_routes,
         ]
 
@@ -122,6 +123,11 @@ class Console:
             return await bearer(request)
 
         return authenticate
+
+    async def favicon(self, request: Request) -> Response:
+        """GET /favicon.ico: the console's icon (an SVG), so no page logs a 404 for it."""
+        return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml",
+                            headers={"Cache-Control": "public, max-age=86400"})
 
     async def page(self, request: Request) -> Response:
         """GET /console: the app for a signed-in browser, else the sign-in page."""

@@ -68,6 +68,10 @@ def signed_in(console: Console, user: str, shot: str | None = None) -> tuple[Bro
     page = context.new_page()
     violations: list[str] = []
     page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+    page.on("pageerror", lambda e: violations.append(f"page error: {e}"))  # an uncaught error in the app
+    page.on("console", lambda m: violations.append(f"console error: {m.text}")
+            if m.type == "error" and "Content Security" not in m.text and "Failed to load resource" not in m.text else None)
+    page.on("response", lambda r: violations.append(f"{r.status} {r.url}") if r.status == 404 and "favicon" in r.url else None)
     if shot:
         page.goto(console.url + "/console")
         screenshot(page, shot)
@@ -103,6 +107,19 @@ def choose_tool(page: Page, node_id: str, tool: str) -> None:
     page.select_option("select[name=tool]", tool)
 
 
+def confirm_next(page: Page, accept: bool = True) -> list[str]:
+    """Answer the next confirm() dialog (accept or cancel it); the list gets its message, to be
+    checked once the page has reacted (the dialog blocks the page until it is answered)."""
+    asked: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept() if accept else dialog.dismiss()
+
+    page.once("dialog", answer)
+    return asked
+
+
 def audit_count(context: BrowserContext, url: str, **filters: str) -> int:
     answer = context.request.get(url + "/audit", params=filters)
     assert answer.ok
@@ -115,7 +132,7 @@ async def call_over_mcp(url: str, name: str, arguments: dict[str, Any]) -> Any:
 
 
 def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_another_account_sees_none_of_it(console: Console) -> None:
-    # R: C1, C2, C3, C4
+    # R: C1, C2, C3, C4, C9 (confirm before delete)
     alice, page, violations = signed_in(console, "alice", shot="signin")
 
     # C2: a connection to the test MCP server, its credential written once, and a bridge over it
@@ -154,8 +171,14 @@ def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_anoth
     page.uncheck("input[name=bridge-conn-spare]")
     page.click("button:has-text('Save bridge')")
     expect(bridge_row.locator("td").nth(2)).to_have_text("tools")
+    asked = confirm_next(page, accept=False)  # C9: a delete is confirmed first; cancelled, nothing goes
+    spare.get_by_role("button", name="Delete").click()
+    assert wait_until(lambda: asked == ["Delete connection spare (alice)? Bridges that use it stop reaching its tools."])
+    expect(spare).to_have_count(1)
+    asked = confirm_next(page)
     spare.get_by_role("button", name="Delete").click()
     expect(spare).to_have_count(0)
+    assert len(asked) == 1
     screenshot(page, "connections")
 
     # C3: draw input -> echo -> output; the input's port is renamed in the inspector
@@ -376,14 +399,17 @@ def test_a_members_item_and_the_orgs_of_one_id_are_two_rows_and_each_rows_button
     page.select_option("select[name=connection]", "dup")
     expect(page.locator("select[name=tool] option[value='echo']")).to_have_count(1)  # the org's `dup`'s tools
     page.select_option("select[name=tool]", "echo")
+    page.fill("input[name=const-text]", "hi")  # echo's required argument, as a constant
     page.click("button:has-text('Save')")
     expect(page.get_by_role("status")).to_have_text("Saved.")
     assert [n["id"] for n in alice.request.get(console.url + "/bridges/dupb/graph?owner=org:acme").json()["nodes"]] == ["t1"]
     assert alice.request.get(console.url + "/bridges/dupb/graph").json()["nodes"] == [], "her own is untouched"
     page.goto(console.url + "/console#/connections")
+    asked = confirm_next(page)
     page.locator('[data-testid=connections] tr[data-id="dup"][data-owner="org:acme"]').get_by_role("button", name="Delete").click()
     expect(page.locator('[data-testid=connections] tr[data-id="dup"]')).to_have_count(1)
     expect(page.locator('[data-testid=connections] tr[data-id="dup"]')).to_have_attribute("data-owner", "alice")
+    assert asked == ["Delete connection dup (org:acme)? Bridges that use it stop reaching its tools."]
     with sqlite3.connect(tmp_path / "bridge.db") as db:
         assert db.execute("SELECT owner FROM connections WHERE id = 'dup'").fetchall() == [("alice",)]
     assert violations == []
