@@ -1,4 +1,5 @@
-"""`toolgate`: serve the gateway, check a config, and the tools of the plugins and the Bridge (G10)."""
+"""`toolgate`: serve the gateway, check a config, print its schema or reference (D3), and the tools of
+the plugins and the Bridge (G10)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ def _check(args: argparse.Namespace) -> int:
     if config is None or problems:
         return 1
     print(f"{path}: ok ({len(config.routes)} route(s), {len(config.upstreams)} upstream(s))")
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    import json
+
+    from gateway.config_reference import json_schema, markdown
+
+    sys.stdout.write(markdown() if args.markdown else json.dumps(json_schema(), indent=2) + "\n")
     return 0
 
 
@@ -80,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("path", nargs="?", default=None, help="the YAML config to check")
     check.add_argument("--config", default=None, help="the same, as an option (like serve's)")
     check.set_defaults(func=_check)
+
+    schema = sub.add_parser("schema", help="print the config's JSON Schema (for editors), or with --markdown its reference")
+    schema.add_argument("--markdown", action="store_true", help="the reference page instead (docs/configuration.md)")
+    schema.set_defaults(func=_schema)
 
     for register in _registrars():
         register(sub)

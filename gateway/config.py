@@ -38,10 +38,11 @@ class ServerSettings(_Strict):
         default=False, description="with `auth.mode: none`, serve a non-loopback address anyway (anyone who reaches it"
         " is served, its tools and upstream keys included)",
     )
-    port: int = Field(default=8080, ge=0, le=65535)
+    port: int = Field(default=8080, ge=0, le=65535, description="TCP port to listen on (0: any free port)")
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, description="larger bodies get 413")
     request_timeout_seconds: float = Field(default=600, gt=0, description="budget for one request, tool rounds included")
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="the least severe JSON log line written to standard error")
     metrics_auth: bool = Field(
         default=False, description="GET /metrics also accepts any credential that `auth` accepts (e.g. an API key for the scraper)"
     )
@@ -74,12 +75,13 @@ class ServerSettings(_Strict):
 class ApiKey(_Strict):
     """One API key: its value by reference (`key`) or its SHA-256 hex digest (`key_sha256`)."""
 
-    key: SecretRef | None = None
-    key_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    user_id: str | None = None
-    org_id: str | None = None
-    display_name: str | None = None
-    email: str | None = None
+    key: SecretRef | None = Field(default=None, description="the key itself, by reference (`env:NAME` or `file:PATH`)")
+    key_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$",
+                                   description="instead of `key`: the SHA-256 hex digest of the key (`sha256sum`)")
+    user_id: str | None = Field(default=None, description="the identity's user: pools, audit records, per-user limits")
+    org_id: str | None = Field(default=None, description="the identity's organisation (conversation keys, org-owned Bridge connections, per-org limits)")
+    display_name: str | None = Field(default=None, description="a name for people (console, audit)")
+    email: str | None = Field(default=None, description="the identity's email address")
 
     @model_validator(mode="after")
     def _one_of(self) -> "ApiKey":
@@ -91,21 +93,22 @@ class ApiKey(_Strict):
 class ClaimMap(_Strict):
     """Which token claims become the caller's identity (G3)."""
 
-    user_claim: str = "sub"
-    org_claim: str = "org_id"
-    name_claim: str = "name"
-    email_claim: str = "email"
+    user_claim: str = Field(default="sub", description="the claim that becomes `user_id`")
+    org_claim: str = Field(default="org_id", description="the claim that becomes `org_id`")
+    name_claim: str = Field(default="name", description="the claim that becomes `display_name`")
+    email_claim: str = Field(default="email", description="the claim that becomes `email`")
 
 
 class JwtSettings(ClaimMap):
     """JWT verification: an HMAC `secret`, a PEM `public_key`, or a `jwks_url` (fetched at start, and again for a key id it lacks, as for `oauth`)."""
 
-    secret: SecretRef | None = None
-    public_key: SecretRef | None = None
-    jwks_url: str | None = None
-    algorithms: list[str] = Field(default_factory=lambda: ["HS256", "RS256", "ES256"])
-    audience: str | None = None
-    issuer: str | None = None
+    secret: SecretRef | None = Field(default=None, description="an HMAC key (HS256), by reference")
+    public_key: SecretRef | None = Field(default=None, description="a PEM public key (RS/ES/PS/EdDSA), by reference")
+    jwks_url: str | None = Field(default=None, description="a JWKS document's URL; keys are picked by the token's `kid`")
+    algorithms: list[str] = Field(default_factory=lambda: ["HS256", "RS256", "ES256"],
+                                  description="the signature algorithms a token may use")
+    audience: str | None = Field(default=None, description="the token's `aud` must name this (needed with `mode: jwt`)")
+    issuer: str | None = Field(default=None, description="the token's `iss` must be this (needed with `mode: jwt`)")
 
     @model_validator(mode="after")
     def _one_of(self) -> "JwtSettings":
@@ -128,7 +131,7 @@ class ConsoleClient(_Strict):
     """The console as a client of the authorization server (C1): sign-in by authorization code +
     PKCE, redirect URI `<public_url>/console/callback` registered at the issuer."""
 
-    client_id: str = Field(min_length=1)
+    client_id: str = Field(min_length=1, description="the console's client id at the issuer")
     client_secret: SecretRef | None = Field(default=None, description="a confidential client (client_secret_basic); none: a public client")
     scopes: list[str] = Field(default_factory=lambda: ["openid", "email", "profile"], description="asked at sign-in; 'openid' is always sent")
 
@@ -143,8 +146,9 @@ class OAuthSettings(ClaimMap):
     issuer: str = Field(pattern=r"^https?://[^?#\s]+$", description="the authorization server's issuer identifier")
     public_url: str = Field(description="this gateway's origin as clients reach it, e.g. https://gw.example.com")
     jwks_url: str | None = Field(default=None, pattern=r"^https?://\S+$", description="default: `jwks_uri` of the issuer's metadata")
-    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "PS256", "ES256", "EdDSA"], min_length=1)
-    scopes: OAuthScopes = Field(default_factory=OAuthScopes)
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "PS256", "ES256", "EdDSA"], min_length=1,
+                                  description="the public-key signature algorithms an access token may use")
+    scopes: OAuthScopes = Field(default_factory=OAuthScopes, description="the scopes each resource asks of a token")
     leeway_seconds: float = Field(default=30, ge=0, le=300, description="clock skew allowed on exp/nbf/iat")
     console: ConsoleClient | None = Field(default=None, description="sign the console in through this issuer")
 
@@ -168,10 +172,13 @@ class AuthConfig(_Strict):
     """`mode`: who may call. `oauth` (F16) stands beside `api_keys` (a key or an access token) or
     alone (`mode: oauth`, access tokens only)."""
 
-    mode: Literal["none", "api_keys", "jwt", "oauth"] = "none"
-    api_keys: list[ApiKey] = Field(default_factory=list)
-    jwt: JwtSettings | None = None
-    oauth: OAuthSettings | None = None
+    mode: Literal["none", "api_keys", "jwt", "oauth"] = Field(
+        default="none", description="`none`: no credential, anonymous callers (loopback only, unless"
+        " `server.allow_remote_without_auth`); `api_keys`: a key of `api_keys` (or, with `oauth`, an access token);"
+        " `jwt`: a JWT `jwt` verifies; `oauth`: an access token of `oauth`'s issuer")
+    api_keys: list[ApiKey] = Field(default_factory=list, description="the keys `mode: api_keys` accepts")
+    jwt: JwtSettings | None = Field(default=None, description="how `mode: jwt` verifies tokens")
+    oauth: OAuthSettings | None = Field(default=None, description="the authorization server whose access tokens are accepted")
 
     @model_validator(mode="after")
     def _mode_needs(self) -> "AuthConfig":
@@ -194,11 +201,11 @@ class UpstreamConfig(_Strict):
     provider litellm knows (imported lazily); `inspect`: echoes what the model would receive;
     `demo`: a scripted model that calls an offered tool and answers from its result (no key)."""
 
-    name: str = Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$")
-    kind: Literal["openai", "litellm", "inspect", "demo"]
-    api_base: str | None = None
-    api_key: SecretRef | None = None
-    timeout_seconds: float = Field(default=120, gt=0)
+    name: str = Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$", description="what routes call it by")
+    kind: Literal["openai", "litellm", "inspect", "demo"] = Field(description="how it is reached (see above)")
+    api_base: str | None = Field(default=None, description="the API's base URL, e.g. http://127.0.0.1:11434/v1 (needed by `openai`)")
+    api_key: SecretRef | None = Field(default=None, description="the upstream's key, by reference; never sent to clients or logged")
+    timeout_seconds: float = Field(default=120, gt=0, description="the longest wait for each read of an upstream call (connecting: at most 10 s); then 504")
 
     @model_validator(mode="after")
     def _base(self) -> "UpstreamConfig":
@@ -240,7 +247,8 @@ class RouteConfig(_Strict):
         default_factory=list, description="models of other routes whose deployments are tried, in order, when this route's"
         " are exhausted, or at once on a context-window error",
     )
-    plugins: list[PluginConfig] = Field(default_factory=list)
+    plugins: list[PluginConfig] = Field(default_factory=list, description="the chain every request of this route passes"
+                                        " through, in this order; each node told apart by `type`")
 
     @model_validator(mode="after")
     def _one_form(self) -> "RouteConfig":
@@ -259,11 +267,14 @@ class RouteConfig(_Strict):
 
 
 class Config(_Strict):
-    server: ServerSettings = Field(default_factory=ServerSettings)
-    auth: AuthConfig = Field(default_factory=AuthConfig)
-    upstreams: list[UpstreamConfig] = Field(min_length=1)
-    routes: list[RouteConfig] = Field(min_length=1)
-    bridge: BridgeConfig | None = None
+    """The gateway's YAML file: where it listens, who may call, the models it serves and the plugins
+    on their way, the Bridge, limits and traces."""
+
+    server: ServerSettings = Field(default_factory=ServerSettings, description="the HTTP server: address, sizes, timeouts, /metrics access")
+    auth: AuthConfig = Field(default_factory=AuthConfig, description="who may call (G3)")
+    upstreams: list[UpstreamConfig] = Field(min_length=1, description="the model endpoints routes send calls to")
+    routes: list[RouteConfig] = Field(min_length=1, description="the models clients ask for, each with its upstream and plugin chain")
+    bridge: BridgeConfig | None = Field(default=None, description="the Bridge: MCP federation endpoint, pipelines and console (F); off by default")
     limits: LimitsConfig | None = Field(default=None, description="rate limits and budgets (O2); none by default")
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig, description="OpenTelemetry traces (OTLP); off by default")
     base_dir: Path = Field(default=Path("."), exclude=True, description="folder of the YAML file")

@@ -40,7 +40,7 @@ class ExportHeader(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9-]+$")
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9-]+$", description="the header's name")
     value: SecretRef = Field(description="env:NAME or file:PATH")
 
 

@@ -33,10 +33,10 @@ class LimitRule(_Strict):
                              description="the `rule` label of toolgate_requests_limited_total; default: `per` (and `@route`)")
     per: Subject = Field(description="key (each API key, by its SHA-256), user, org or route")
     route: str | None = Field(default=None, description="only requests to this route (counted per `per` within it)")
-    requests_per_minute: int | None = Field(default=None, ge=1)
+    requests_per_minute: int | None = Field(default=None, ge=1, description="requests admitted per minute")
     tokens_per_minute: int | None = Field(default=None, ge=1, description="prompt + completion tokens, charged when a request ends")
     concurrent: int | None = Field(default=None, ge=1, description="requests in flight at once")
-    budget: Budget | None = None
+    budget: Budget | None = Field(default=None, description="spend allowed per period, priced by `limits.prices`")
 
     @model_validator(mode="after")
     def _some_limit(self) -> "LimitRule":
@@ -53,8 +53,8 @@ class LimitRule(_Strict):
 class Price(_Strict):
     """US dollars per million tokens of one upstream model."""
 
-    input_per_million: float = Field(ge=0)
-    output_per_million: float = Field(ge=0)
+    input_per_million: float = Field(ge=0, description="US dollars per million prompt tokens")
+    output_per_million: float = Field(ge=0, description="US dollars per million completion tokens")
 
 
 class LimitsConfig(_Strict):
@@ -65,7 +65,7 @@ class LimitsConfig(_Strict):
     username: str | None = Field(default=None, description="Redis ACL user (with `password`)")
     on_redis_error: Literal["open", "closed"] = Field(
         default="open", description="Redis unreachable: open lets the request pass (counted, logged); closed answers 503")
-    key_prefix: str = Field(default="toolgate:", min_length=1, max_length=64)
+    key_prefix: str = Field(default="toolgate:", min_length=1, max_length=64, description="the start of every Redis key the counters use")
     timeout_seconds: float = Field(default=0.5, gt=0, le=30, description="one Redis call's budget (connect, then reply)")
     lease_share: float = Field(
         default=0.01, ge=0, le=0.1,
@@ -75,7 +75,7 @@ class LimitsConfig(_Strict):
         default=0.2, ge=0, le=5,
         description="how long a replica admits on its last reading of a tokens or budget counter (plus its own "
                     "charges) and keeps an unused lease; refusals always ask Redis; 0: every admission asks")
-    rules: list[LimitRule] = Field(min_length=1)
+    rules: list[LimitRule] = Field(min_length=1, description="the limits; a request must pass every rule that applies to it")
     prices: dict[str, Price] = Field(default_factory=dict, description="by upstream model name")
 
     @field_validator("redis")

@@ -27,20 +27,35 @@ class McpBridgeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["mcp_bridge"]
-    id: str = Field(default="mcp", description="node name: used in metrics and tool-name prefixes")
-    endpoint: str | None = None
-    command: list[str] | None = Field(default=None, min_length=1, description="stdio server: argv to start")
-    authHeaderName: str | None = None
-    authSecret: SecretRef | None = None
-    toolFilter: list[str] = Field(default_factory=list)
-    resources: str | list[str] = ""
-    prefetchTool: str | None = None
-    prefetchArguments: dict[str, Any] = Field(default_factory=dict)
-    prefetchLabel: str | None = None
-    prefetchResultTemplate: str = "{{result}}"
-    timeoutSeconds: float = Field(default=30, gt=0, le=3600)
-    maxConsecutiveToolCalls: int = Field(default=10, ge=0, le=1000)
+    type: Literal["mcp_bridge"] = Field(description="always `mcp_bridge`")
+    id: str = Field(default="mcp", description="node name: used in metrics and tool-name prefixes, the `server` an"
+                    " inspector sees; unique within a chain")
+    endpoint: str | None = Field(default=None, description="URL of the MCP server (Streamable HTTP); exactly one of"
+                                 " `endpoint` or `command`")
+    command: list[str] | None = Field(default=None, min_length=1, description="stdio server: argv to start (a first word"
+                                      " `python`/`python3` is the gateway's own interpreter); one child process per session")
+    authHeaderName: str | None = Field(default=None, description="the header that carries the server's credential"
+                                       " (HTTP only); goes with `authSecret`")
+    authSecret: SecretRef | None = Field(default=None, description="the header's value, by reference; read once at"
+                                         " start, never logged or returned")
+    toolFilter: list[str] = Field(default_factory=list, description="the tools the model may see and call; empty: all."
+                                  " A call to another is answered with an error without reaching the server")
+    resources: str | list[str] = Field(default="", description="MCP resources read on every request and injected into"
+                                       " the last user message: URIs or names, one per line (or a list)")
+    prefetchTool: str | None = Field(default=None, description="a tool the gateway calls itself before the first model"
+                                     " call (when the last user message is not empty); must be in `toolFilter` if set")
+    prefetchArguments: dict[str, Any] = Field(default_factory=dict, description="the prefetch tool's arguments, with"
+                                              " tokens such as `{{last_user_message}}` substituted")
+    prefetchLabel: str | None = Field(default=None, description="title of the injected prefetch block; default: the"
+                                      " tool's name")
+    prefetchResultTemplate: str = Field(default="{{result}}", description="wraps the prefetch result; `{{result}}` is"
+                                        " the tool's text")
+    timeoutSeconds: float = Field(default=30, gt=0, le=3600, description="the longest one MCP call (tool call,"
+                                  " resource read, listing) or the session set-up may take")
+    maxConsecutiveToolCalls: int = Field(default=10, ge=0, le=1000, description="the cap on the tool loop (parallel"
+                                         " calls each count); at the cap one last model call runs with tools disabled"
+                                         " and the response says `tool_cap_reached`; with several plugins the smallest"
+                                         " cap applies")
     protocol: Literal["auto", "legacy"] = Field(
         default="auto",
         description="auto: stateless 2026-07-28 when the server speaks it, else a 2025-11-25 session; "

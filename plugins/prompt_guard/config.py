@@ -19,7 +19,7 @@ class _Strict(BaseModel):
 class AllowEntry(_Strict):
     """Items from this server (mcp_bridge node id) and/or tool/resource name are never blocked."""
 
-    server: str | None = None
+    server: str | None = Field(default=None, description="an mcp_bridge node id (`client` for the client's messages)")
     tool: str | None = Field(default=None, description="tool name, resource URI/name, or message role")
 
     @model_validator(mode="after")
@@ -36,12 +36,11 @@ class AllowEntry(_Strict):
 class DetectorToggles(_Strict):
     """Turn whole detector families on or off."""
 
-    rules: bool = True
-    heuristics: bool = True
-    classifier: bool = True
-    """the word n-gram model (`classifier`) and an operator's `onnx_model` (`classifier.onnx`)"""
-    neural: bool = True
-    """the shipped neural model (`classifier.neural`)"""
+    rules: bool = Field(default=True, description="the rule pack's patterns (`rules_file`)")
+    heuristics: bool = Field(default=True, description="the structural heuristics (e.g. hidden text, role markers)")
+    classifier: bool = Field(default=True, description="the word n-gram model (`classifier`) and an operator's"
+                             " `onnx_model` (`classifier.onnx`)")
+    neural: bool = Field(default=True, description="the shipped neural model (`classifier.neural`)")
 
 
 class NeuralConfig(_Strict):
@@ -107,14 +106,14 @@ class TrustedArgument(_Strict):
 class ConfirmationSettings(_Strict):
     """A held gateway call can be confirmed by the person (T4)."""
 
-    enabled: bool = True
+    enabled: bool = Field(default=True, description="offer confirmation of held calls; off: a held call is only refused")
     ttl_seconds: float = Field(default=300, gt=0, le=86400, description="how long a held call can be confirmed")
 
 
 class EgressSettings(_Strict):
     """Links and images in the model's answer (T5)."""
 
-    enabled: bool = True
+    enabled: bool = Field(default=True, description="neutralise links and images that would carry data out (T5)")
     allowed_hosts: list[str] = Field(
         default_factory=list, description="hosts (and their subdomains) whose links and images are always kept")
     images: Literal["allowed_hosts", "keep"] = Field(
@@ -132,17 +131,23 @@ class FirewallConfig(_Strict):
     client_tools: Literal["check", "trust"] = Field(
         default="check", description="check: the client's own tools are side-effecting and judged like gateway tools; "
         "trust: calls to them are never held")
-    trusted_arguments: list[TrustedArgument] = Field(default_factory=list)
-    confirmations: ConfirmationSettings = Field(default_factory=ConfirmationSettings)
-    egress: EgressSettings = Field(default_factory=EgressSettings)
+    trusted_arguments: list[TrustedArgument] = Field(default_factory=list, description="arguments whose values the"
+                                                     " firewall does not check (T3)")
+    confirmations: ConfirmationSettings = Field(default_factory=ConfirmationSettings, description="confirming held"
+                                                " calls (T4)")
+    egress: EgressSettings = Field(default_factory=EgressSettings, description="links and images in the answer (T5)")
     spotlight: Literal["off", "delimit"] = Field(
         default="off", description="delimit: each tool result reaches the model between markers carrying a per-request "
         "random id, with a line saying it is data, not instructions")
 
 
 class PromptGuardConfig(_Strict):
-    type: Literal["prompt_guard"]
-    id: str = "prompt_guard"
+    """Inspects what tools, prefetch and resources bring into the context (P), and in `enforce`
+    mode stops what an injection would make the model do (the tool-call firewall, T)."""
+
+    type: Literal["prompt_guard"] = Field(description="always `prompt_guard`")
+    id: str = Field(default="prompt_guard", description="node name: the `guard` label of its metrics and log lines;"
+                    " unique within a chain")
     mode: Literal["enforce", "monitor"] = Field(
         default="enforce", description="enforce: a block refuses the request and the firewall holds calls; "
         "monitor: log and count only"
@@ -151,8 +156,8 @@ class PromptGuardConfig(_Strict):
                              "(with the firewall on: flagged; refused from `firewall.block_threshold`)")
     rules_file: str | None = Field(default=None, description="YAML rule pack; default: the shipped plugins/prompt_guard/rules/default.yaml")
     disabled_rules: list[str] = Field(default_factory=list, description="rule, heuristic or 'classifier' ids to switch off")
-    detectors: DetectorToggles = Field(default_factory=DetectorToggles)
-    allow: list[AllowEntry] = Field(default_factory=list)
+    detectors: DetectorToggles = Field(default_factory=DetectorToggles, description="detector families on or off")
+    allow: list[AllowEntry] = Field(default_factory=list, description="sources whose items are never blocked")
     max_scan_bytes: int = Field(
         default=1 << 20, ge=4096, description="longer texts are scanned as head + tail of this many characters"
     )
@@ -163,8 +168,8 @@ class PromptGuardConfig(_Strict):
     classifier_model: str | None = Field(
         default=None, description="path to a toolgate-guard-linear/1 JSON model replacing the shipped one"
     )
-    neural: NeuralConfig = Field(default_factory=NeuralConfig)
-    firewall: FirewallConfig = Field(default_factory=FirewallConfig)
+    neural: NeuralConfig = Field(default_factory=NeuralConfig, description="the neural detector's model and settings (P6)")
+    firewall: FirewallConfig = Field(default_factory=FirewallConfig, description="the tool-call firewall (T)")
     onnx_model: OnnxModelConfig | None = Field(
         default=None, description="an optional ONNX classifier, one more piece of evidence ('classifier.onnx')"
     )
