@@ -44,15 +44,19 @@ from gateway.bridge.api_support import (
 from gateway.bridge.audit import AuditWriter
 from gateway.bridge.audit_args import Scrub
 from gateway.bridge.config import BridgeDecl, ConnectionConfig
-from gateway.bridge.federation import CallerScope
+from gateway.bridge.federation import CallerScope, Federation
+from gateway.bridge.gate import CallerGate
+from gateway.bridge.graph_checks import check_tools
+from gateway.bridge.sessions import caller_key
 from gateway.bridge.graph import Graph, empty_graph
 from gateway.bridge.limits import BridgeLimits
+from gateway.bridge.messages import located
 from gateway.bridge.naming import prefix_problems
 from gateway.bridge.records import AuditAction, AuditRecord, BridgeRecord, ConnectionRecord
 from gateway.bridge.sealing import Sealer
 from gateway.bridge.store import BridgeStore, GraphConflict
 from gateway.bridge.tenancy import may_hold, named, visible_by_id
-from gateway.bridge.upstream import Upstreams
+from gateway.bridge.upstream import UpstreamCallFailed, Upstreams
 from gateway.bridge.validation import GraphInvalid, GraphProblem, parse_graph
 from gateway.egress import EgressPolicy
 from gateway.errors import BadRequest, Forbidden, NotFound
@@ -73,8 +77,14 @@ class BridgeApi:
         audit: AuditWriter | None = None,
         egress: EgressPolicy | None = None,
         sealer: Sealer | None = None,
+        federation: Federation | None = None,
+        gate: CallerGate | None = None,
     ) -> None:
-        """`sealer` seals credentials written through the API; None: the API takes none."""
+        """`sealer` seals credentials written through the API; None: the API takes none.
+        `federation`: how a save finds the bridge's connections and checks its tools against their
+        listings (C7); None: only that they are the bridge's. `gate`: the callers' outbound slots."""
+        self._federation = federation
+        self._gate = gate or CallerGate(self._limits_default_outbound(limits))
         self._sealer = sealer
         self._scrub = scrub
         self._store = store
@@ -84,6 +94,10 @@ class BridgeApi:
         self._limits = limits or BridgeLimits()
         self._audit = audit
         self._egress = egress or EgressPolicy()
+
+    @staticmethod
+    def _limits_default_outbound(limits: BridgeLimits | None) -> int:
+        return (limits or BridgeLimits()).outboundPerCaller
 
     def routes(self) -> list[BaseRoute]:
         """Starlette routes of the REST API."""
@@ -132,7 +146,10 @@ class BridgeApi:
         return JSONResponse(record.public(), status_code=201)
 
     async def _check_members(self, caller: CallerScope, decl: BridgeDecl) -> None:
-        """The connections of a new or changed bridge: the caller's, the owner's to hold, no name clash."""
+        """The connections of a new or changed bridge: at least one (C7), the caller's, the owner's to
+        hold, no name clash."""
+        if not decl.connections:
+            raise BadRequest("connections: a bridge needs at least one connection (its tools and pipelines come from them)")
         seen = await self._store.list_connections(caller.owners)
         mine = visible_by_id(seen, caller.owners)
         unknown = [c for c in decl.connections if c not in mine]
@@ -204,17 +221,38 @@ class BridgeApi:
         started = time.perf_counter()
         caller, bridge = await self._bridge(request)
         expected = _if_match(request.headers.get("if-match"))
+        data = await json_body(request)
+        if isinstance(data, dict):
+            data.pop("warnings", None)  # an answer of this route sent back as it is
+        graph, warnings = await self._checked(caller, bridge, data)
+        return await self._save(caller, bridge, graph, warnings, expected, started)
+
+    async def _checked(self, caller: CallerScope, bridge: BridgeRecord, data: Any) -> tuple[Graph, list[GraphProblem]]:
+        """The graph of `data` after every rule (F8, C7), with the warnings of its save (a connection
+        that could not be listed); raises `GraphRejected` listing every problem."""
         try:
-            graph = parse_graph(await json_body(request), self._limits)
-            foreign = tuple(
-                n.id for n in graph.nodes if n.kind == "tool" and n.connectionId not in bridge.connections
-            )
-            if foreign:
-                names = ", ".join(f"{n} ({graph.node_map()[n].connectionId})" for n in foreign)
-                message = f"tool node(s) name a connection that is not part of bridge {bridge.id}: {names}"
-                raise GraphInvalid([GraphProblem("unknown connection", foreign, message)])
+            graph = parse_graph(data, self._limits)
         except GraphInvalid as exc:
             raise GraphRejected(exc) from None
+        usable: dict[str, ConnectionRecord] = {}
+        if self._federation is not None:
+            scope = CallerScope(caller.identity, caller.owners, bridge)
+            usable = {c.id: c for c in await self._federation.connections(scope, fresh=True)}
+        else:
+            usable = {c: ConnectionRecord(c, bridge.owner, "") for c in bridge.connections}
+        with self._gate.caller(caller_key(caller.identity)):  # the listings count against the caller's slots
+            list_tools = self._upstreams.list_tools if self._federation is not None else _unlisted
+            checked = await check_tools(graph, bridge, usable, list_tools)
+        if checked.problems:
+            raise GraphRejected(GraphInvalid(checked.problems))
+        return graph, checked.warnings
+
+    async def _save(
+        self, caller: CallerScope, bridge: BridgeRecord, graph: Graph, warnings: list[GraphProblem], expected: int | None,
+        started: float,
+    ) -> Response:
+        """Save a checked graph (over version `expected` when given), audit it, answer with it, its
+        warnings and its ETag."""
         try:
             version = await self._store.save_graph(bridge.key, graph.dump(), time.time(), caller.actor_id, expected)
         except GraphConflict as exc:
@@ -226,7 +264,8 @@ class BridgeApi:
         shape = {"owner": bridge.owner, "nodes": len(graph.nodes), "edges": len(graph.edges),
                  "pipelines": [p.name for p in graph.pipelines]}
         self._record(change_record(caller, "bridge.graph_save", bridge.id, shape, started))
-        return JSONResponse(graph.dump(), headers={"etag": _etag(version)})
+        entries = [entry for w in warnings for entry in w.entries()]
+        return JSONResponse({**graph.dump(), "warnings": entries}, headers={"etag": _etag(version)})
 
     async def list_connections(self, request: Request) -> Response:
         """GET /connections: the caller's connections, without secret references."""
@@ -374,10 +413,12 @@ class GraphRejected(BadRequest):
     def __init__(self, exc: GraphInvalid) -> None:
         super().__init__(str(exc))
         self.problems = [{"rule": p.rule, "ids": list(p.ids), "message": p.message} for p in exc.problems]
+        self.errors = exc.entries()
 
     def body(self) -> dict[str, Any]:
         body = super().body()
         body["error"]["problems"] = self.problems
+        body["error"]["errors"] = self.errors  # per node and edge (C7)
         return body
 
 
@@ -392,6 +433,11 @@ def change_record(caller: CallerScope, action: AuditAction, resource: str, args:
         duration_ms=(time.perf_counter() - started) * 1000,
         owner=args["owner"] if kind == "connection" else None,  # every member sees a change to the org's connection
     )
+
+
+async def _unlisted(conn: ConnectionRecord) -> list[Any]:
+    """No federation to list through: every connection's listing is unavailable (saved unchecked)."""
+    raise UpstreamCallFailed("not listed")
 
 
 def _etag(version: int) -> str:
@@ -417,6 +463,4 @@ def mcp_path(bridge: BridgeRecord, default: BridgeRecord | None) -> str:
 
 
 def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "(body)"
-    return f"{where}: {err['msg'].removeprefix('Value error, ')}"
+    return located(exc.errors()[0])

@@ -105,7 +105,7 @@ class BridgeService:
         self.upstreams.downstream_alive = self._endpoint.session_alive  # subscriptions end with their Bridge session
         self._api = BridgeApi(
             self.store, self.upstreams, api_authenticate, config.api_endpoint_allowed, scrub=secrets.scrub,
-            limits=config.limits, audit=self.audit, egress=egress, sealer=sealer,
+            limits=config.limits, audit=self.audit, egress=egress, sealer=sealer, federation=federation, gate=gate,
         )
         self._audit_api = AuditApi(self.store, api_authenticate, scrub=secrets.scrub)
         self._editor_api = EditorApi(

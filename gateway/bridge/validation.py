@@ -13,18 +13,29 @@ from pydantic import ValidationError
 
 from gateway.bridge.graph import TOOL_NAME, Graph, is_tool_name
 from gateway.bridge.limits import BridgeLimits
+from gateway.bridge.messages import joined, readable
 
 
 @dataclass(frozen=True)
 class GraphProblem:
-    """Why a graph was rejected: the rule broken, the ids involved, and a sentence saying so."""
+    """Why a graph was rejected: the rule broken, the ids involved, and a sentence saying so.
+    `nodes` and `edges`: the ids among `ids` that are a node's or an edge's (where the editor shows it)."""
 
     rule: str
     ids: tuple[str, ...]
     message: str
+    nodes: tuple[str, ...] = ()
+    edges: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return self.message
+
+    def entries(self) -> list[dict[str, str | None]]:
+        """`{"node", "edge", "message"}` per node and edge it names (one with both None when it
+        names neither): the REST API's `errors` and `warnings` (C7)."""
+        named = [{"node": n, "edge": None, "message": self.message} for n in self.nodes]
+        named += [{"node": None, "edge": e, "message": self.message} for e in self.edges]
+        return named or [{"node": None, "edge": None, "message": self.message}]
 
 
 class GraphInvalid(ValueError):
@@ -33,6 +44,10 @@ class GraphInvalid(ValueError):
     def __init__(self, problems: list[GraphProblem]) -> None:
         super().__init__("; ".join(p.message for p in problems))
         self.problems = problems
+
+    def entries(self) -> list[dict[str, str | None]]:
+        """Every problem as `{"node", "edge", "message"}` entries (`GraphProblem.entries`)."""
+        return [entry for p in self.problems for entry in p.entries()]
 
 
 GRAPH_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}")
@@ -63,16 +78,30 @@ def parse_graph(data: Any, limits: BridgeLimits | None = None) -> Graph:
     try:
         graph = Graph.model_validate(data)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            msg = err["msg"].removeprefix("Value error, ")
-            problems.append(GraphProblem("shape", (where,), f"wrong shape: {where}: {msg}"))
-        raise GraphInvalid(problems) from None
+        raise GraphInvalid([shape_problem(data, err) for err in exc.errors()]) from None
     problems = graph_problems(graph)
     if problems:
         raise GraphInvalid(problems)
     return graph
+
+
+def shape_problem(data: Any, err: Any) -> GraphProblem:
+    """A pydantic error of the graph's shape as a problem: a node's or edge's by its id when it has
+    one (`node "t1": tool: required`, not `nodes.1.tool`), its message readable (messages.py)."""
+    loc = tuple(err["loc"])
+    msg = readable(err)
+    if len(loc) >= 2 and loc[0] in ("nodes", "edges", "pipelines") and isinstance(loc[1], int):
+        items = data.get(loc[0]) if isinstance(data, dict) else None
+        item = items[loc[1]] if isinstance(items, list) and loc[1] < len(items) else None
+        item_id = item.get("id") if isinstance(item, dict) else None
+        if isinstance(item_id, str) and item_id:
+            kind = loc[0][:-1]
+            field = ".".join(str(p) for p in loc[2:])
+            text = f"wrong shape: {kind} {quoted(item_id)}: {joined(field, msg) if field else msg}"
+            return GraphProblem("shape", (item_id,), text, nodes=(item_id,) if kind == "node" else (),
+                                edges=(item_id,) if kind == "edge" else ())
+    where = ".".join(str(p) for p in loc) or "(top level)"
+    return GraphProblem("shape", (where,), f"wrong shape: {joined(where, msg)}")
 
 
 def size_problems(data: Any, limits: BridgeLimits) -> list[GraphProblem]:
@@ -94,7 +123,7 @@ def size_problems(data: Any, limits: BridgeLimits) -> list[GraphProblem]:
     if crowded:
         problems.append(
             GraphProblem("too large", tuple(crowded), f"too large: node(s) {', '.join(map(shown, crowded[:10]))} have more than "
-                         f"{limits.portsPerNode} input or output ports")
+                         f"{limits.portsPerNode} input or output ports", nodes=tuple(crowded[:10]))
         )
     if not problems:
         try:
@@ -120,7 +149,8 @@ def graph_problems(graph: Graph) -> list[GraphProblem]:
     ):
         dup = _duplicates(ids)
         if dup:
-            problems.append(GraphProblem(f"duplicate {what}", dup, f"duplicate {what}s: {', '.join(dup)}"))
+            problems.append(GraphProblem(f"duplicate {what}", dup, f"duplicate {what}s: {', '.join(dup)}",
+                                         nodes=dup if what == "node id" else (), edges=dup if what == "edge id" else ()))
     nodes = graph.node_map()
     missing = [("edge", e.id, ref.node) for e in graph.edges for ref in (e.source, e.target) if ref.node not in nodes]
     missing += [
@@ -129,16 +159,19 @@ def graph_problems(graph: Graph) -> list[GraphProblem]:
     if missing:
         ids = tuple(dict.fromkeys(owner for _, owner, _ in missing))
         text = "; ".join(f"{kind} {owner} -> {ref}" for kind, owner, ref in missing)
-        problems.append(GraphProblem("missing node", ids, f"reference to a missing node: {text}"))
+        edges = tuple(dict.fromkeys(owner for kind, owner, _ in missing if kind == "edge"))
+        problems.append(GraphProblem("missing node", ids, f"reference to a missing node: {text}", edges=edges))
     bad_tools = tuple(n.id for n in graph.nodes if n.kind == "tool" and not is_tool_name(n.tool))
     if bad_tools:
         names = ", ".join(f"{i} ({nodes[i].tool!r})" for i in bad_tools)
-        problems.append(GraphProblem("bad tool name", bad_tools, f"tool name must match {TOOL_NAME.pattern}: {names}"))
+        problems.append(GraphProblem("bad tool name", bad_tools, f"tool name must match {TOOL_NAME.pattern}: {names}",
+                                     nodes=bad_tools))
     bad_ports = _bad_ports(graph)
     if bad_ports:
         ids = tuple(dict.fromkeys(edge_id for edge_id, _ in bad_ports))
         text = "; ".join(f"edge {edge_id}: {why}" for edge_id, why in bad_ports)
-        problems.append(GraphProblem("bad port", ids, f"edge joins ports that do not exist: {text}"))
+        problems.append(GraphProblem("bad port", ids, f"edge joins ports that do not exist: {text}", edges=ids))
+    problems += crowded_ports(graph)
     boundary = _bad_boundaries(graph)
     if boundary:
         ids = tuple(dict.fromkeys(pipeline_id for pipeline_id, _ in boundary))
@@ -155,7 +188,8 @@ def graph_problems(graph: Graph) -> list[GraphProblem]:
         )
     cycle = find_cycle(graph)
     if cycle:
-        problems.append(GraphProblem("cycle", tuple(cycle), f"cycle: {' -> '.join(cycle)}"))
+        problems.append(GraphProblem("cycle", tuple(cycle), f"cycle: {' -> '.join(cycle)}",
+                                     nodes=tuple(dict.fromkeys(cycle))))
     return problems
 
 
@@ -166,14 +200,18 @@ def name_problems(graph: Graph) -> list[GraphProblem]:
     bad_ids = tuple(dict.fromkeys(n.id for n in graph.nodes if not GRAPH_ID.fullmatch(n.id)))
     if bad_ids:
         problems.append(GraphProblem("bad node id", bad_ids, f"bad node ids ({_GRAPH_ID_TEXT}): "
-                                     f"{', '.join(map(quoted, bad_ids[:10]))}"))
+                                     f"{', '.join(map(quoted, bad_ids[:10]))}", nodes=bad_ids[:10]))
     ports = [(f"node {quoted(n.id)}", n.id, p) for n in graph.nodes for p in (*n.inputs, *n.outputs)]
     ports += [(f"edge {quoted(e.id)}", e.id, ref.port) for e in graph.edges for ref in (e.source, e.target)]
     bad_ports = [(where, owner, port) for where, owner, port in ports if not GRAPH_ID.fullmatch(port)]
     if bad_ports:
         text = ", ".join(f"{where} port {quoted(port)}" for where, _, port in bad_ports[:10])
-        problems.append(GraphProblem("bad port name", tuple(dict.fromkeys(o for _, o, _ in bad_ports)),
-                                     f"bad port names ({_GRAPH_ID_TEXT}): {text}"))
+        shown_ports = bad_ports[:10]
+        problems.append(GraphProblem(
+            "bad port name", tuple(dict.fromkeys(o for _, o, _ in bad_ports)), f"bad port names ({_GRAPH_ID_TEXT}): {text}",
+            nodes=tuple(dict.fromkeys(o for w, o, _ in shown_ports if w.startswith("node "))),
+            edges=tuple(dict.fromkeys(o for w, o, _ in shown_ports if w.startswith("edge "))),
+        ))
     return problems
 
 
@@ -196,6 +234,24 @@ def find_cycle(graph: Graph) -> list[str]:
         ring = ring[first:] + ring[:first]  # start at the node the graph lists first
         return [*ring, ring[0]]
     return []
+
+
+def crowded_ports(graph: Graph) -> list[GraphProblem]:
+    """One problem per input port that more than one edge arrives at (C7: which value would win
+    is not the editor's to guess), naming the node and the edges."""
+    arriving: dict[tuple[str, str], list[str]] = {}
+    nodes = graph.node_map()
+    twice = set(_duplicates([e.id for e in graph.edges]))
+    for edge in graph.edges:  # an edge from a missing node, or of an id used twice, is reported as that
+        if edge.source.node in nodes and edge.id not in twice:
+            arriving.setdefault((edge.target.node, edge.target.port), []).append(edge.id)
+    return [
+        GraphProblem("one edge per input port", (node_id, *edge_ids),
+                     f"node {quoted(node_id)}: input port {quoted(port)} has {len(edge_ids)} edges "
+                     f"({', '.join(map(quoted, edge_ids[:10]))}); an input port takes one edge",
+                     nodes=(node_id,), edges=tuple(edge_ids[:10]))
+        for (node_id, port), edge_ids in arriving.items() if len(edge_ids) > 1
+    ]
 
 
 def _duplicates(ids: list[str]) -> tuple[str, ...]:

@@ -1,0 +1,157 @@
+"""The graph rules a save checks against the bridge's connections (C7), and bridges without a
+connection refused — against the real Bridge over loopback with a real MCP tool server (`echo`
+takes a required `text` and an optional `prefix`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from gateway.bridge.config import BridgeConfig
+from tests.support.bridge_servers import BridgeApp, CallLog, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node, tool_server
+from tests.support.http_server import ServerThread, serve
+
+
+@dataclass
+class World:
+    app: BridgeApp
+    server: ServerThread
+    tools_url: str
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    with serve(tool_server(CallLog(), delay=0.0)) as tools:
+        config = BridgeConfig.model_validate({
+            "database": "rules.db",
+            "apiEndpointAllowPrivate": ["127.0.0.0/8"],
+            "connections": [{"id": "tools", "owner": "alice", "endpoint": f"{tools.url}/mcp"}],
+            "bridges": [{"id": "rules", "owner": "alice", "connections": ["tools"]}],
+        })
+        app = bridge_app(config, tmp_path_factory.mktemp("rules"))
+        with serve(app.app) as bridge:
+            yield World(app, bridge, tools.url)
+
+
+async def call(world: World, method: str, path: str, key: str = "alice-key", body: Any = None) -> Any:
+    async with mcp_http(key) as http:
+        return await http.request(method, f"{world.url}{path}", json=body)
+
+
+def echo(config: dict[str, Any] | None = None, wired: bool = True, tool: str = "echo", connection: str = "tools") -> dict[str, Any]:
+    """in1.text → t1 (echo; `text` wired unless `wired` is False) → out1.said."""
+    edges = [edge("e2", "t1.result", "out1.said")]
+    if wired:
+        edges.insert(0, edge("e1", "in1.text", "t1.text"))
+    return graph(
+        [node("in1", "input", outputs=["text"]),
+         tool_node("t1", tool, connection, inputs=["text", "prefix"], outputs=["result"], config=config or {}),
+         node("out1", "output", inputs=["said"])],
+        edges, [pipeline("say")],
+    )
+
+
+async def save(world: World, data: dict[str, Any], bridge: str = "rules") -> Any:
+    return await call(world, "PUT", f"/bridges/{bridge}/graph", body=data)
+
+
+def errors(answer: Any) -> list[tuple[str | None, str | None, str]]:
+    assert answer.status_code == 400, answer.text
+    return [(e["node"], e["edge"], e["message"]) for e in answer.json()["error"]["errors"]]
+
+
+async def test_a_graph_whose_tool_arguments_are_wired_or_given_saves_without_warnings(world: World) -> None:
+    # R: C7
+    wired = await save(world, echo())
+    assert wired.status_code == 200 and wired.json()["warnings"] == []
+    given = await save(world, echo({"text": "fixed", "prefix": ">"}, wired=False))
+    assert given.status_code == 200 and given.json()["warnings"] == []
+    again = await save(world, given.json())  # an answer sent back as it is saves again
+    assert again.status_code == 200
+
+
+async def test_a_required_argument_neither_wired_nor_given_is_refused_naming_the_node(world: World) -> None:
+    # R: C7
+    answer = await save(world, echo(wired=False))
+    message = 'node "t1": required argument "text" of "echo" is neither wired by an edge nor given a constant'
+    assert errors(answer) == [("t1", None, message)]
+    assert answer.json()["error"]["message"] == message
+
+
+async def test_a_tool_the_connection_does_not_list_is_refused(world: World) -> None:
+    # R: C7
+    assert errors(await save(world, echo(tool="nope"))) == [("t1", None, 'node "t1": connection "tools" has no tool "nope"')]
+
+
+async def test_constants_are_type_checked_against_the_tools_schema(world: World) -> None:
+    # R: C7
+    answer = await save(world, echo({"text": 5, "prefix": ["x"]}, wired=False))
+    assert errors(answer) == [
+        ("t1", None, 'node "t1": constant "text" must be string, not number'),
+        ("t1", None, 'node "t1": constant "prefix" must be string, not array'),
+    ]
+    unlisted = await save(world, echo({"colour": "red"}))
+    assert unlisted.status_code == 200
+    assert unlisted.json()["warnings"] == [
+        {"node": "t1", "edge": None, "message": 'node "t1": constant "colour": "echo" does not list this argument'}]
+
+
+async def test_one_edge_per_input_port_and_every_problem_listed_at_once(world: World) -> None:
+    # R: C7
+    data = echo(wired=True, tool="nope")
+    data["edges"].append(edge("e3", "in1.text", "t1.text"))
+    found = errors(await save(world, data))
+    crowded = 'node "t1": input port "text" has 2 edges ("e1", "e3"); an input port takes one edge'
+    assert ("t1", None, crowded) in found and (None, "e1", crowded) in found and (None, "e3", crowded) in found
+    assert len(found) == 3  # the tool is not looked for while the graph's own shape is wrong
+    data["edges"].pop()
+    data["nodes"].append(tool_node("t2", "echo", "tools", inputs=["text"], outputs=["result"]))
+    both = errors(await save(world, data))
+    assert [n for n, _, _ in both] == ["t1", "t2"]
+
+
+async def test_a_shape_error_names_the_node_by_its_id(world: World) -> None:
+    # R: C7
+    data = echo()
+    data["nodes"][1] = {"id": "t1", "kind": "tool", "tool": "echo"}
+    assert errors(await save(world, data)) == [
+        ("t1", None, "wrong shape: node \"t1\": a tool node needs 'connectionId' and 'tool'")]
+
+
+async def test_an_unreachable_connection_saves_with_a_warning_and_a_deleted_one_is_refused(world: World) -> None:
+    # R: C7
+    made = await call(world, "POST", "/connections", body={"id": "offline", "endpoint": "http://127.0.0.1:9/mcp"})
+    assert made.status_code == 201
+    assert (await call(world, "POST", "/bridges", body={"id": "away", "connections": ["offline"]})).status_code == 201
+    saved = await save(world, echo(wired=False, connection="offline"), bridge="away")
+    assert saved.status_code == 200
+    (warning,) = saved.json()["warnings"]
+    assert warning["node"] == "t1" and warning["message"].startswith('node "t1": connection "offline" could not be listed')
+    assert (await call(world, "DELETE", "/connections/offline")).status_code == 204
+    refused = errors(await save(world, echo(connection="offline"), bridge="away"))
+    assert refused[0][0] == "t1" and 'connection "offline" does not exist' in refused[0][2]
+
+
+async def test_a_bridge_needs_a_connection_on_create_and_on_change(world: World) -> None:
+    # R: C7
+    empty = await call(world, "POST", "/bridges", body={"id": "hollow", "connections": []})
+    assert empty.status_code == 400 and "at least one connection" in empty.json()["error"]["message"]
+    assert (await call(world, "POST", "/bridges", body={"id": "hollow"})).status_code == 400
+    made = await call(world, "POST", "/connections", body={"id": "keep", "endpoint": f"{world.tools_url}/mcp"})
+    assert made.status_code == 201
+    assert (await call(world, "POST", "/bridges", body={"id": "hollow", "connections": ["keep"]})).status_code == 201
+    emptied = await call(world, "PATCH", "/bridges/hollow", body={"connections": []})
+    assert emptied.status_code == 400 and "at least one connection" in emptied.json()["error"]["message"]
+
+
+async def test_pydantic_messages_are_readable_on_the_rest_api(world: World) -> None:
+    # R: C7
+    bad = await call(world, "POST", "/bridges", body={"id": "no good", "connections": ["tools"]})
+    assert bad.json()["error"]["message"] == "id must be 1 to 64 letters, digits, _ or -, starting with a letter or digit"
