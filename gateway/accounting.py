@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,9 @@ from gateway.metrics import NO_USER_LABEL, GatewayMetrics
 NO_ROUTE = "none"
 """The route label of a request refused before its route was known (auth, body, validation,
 unknown model): the client's model name never becomes a label."""
+
+CHARS_PER_TOKEN = 4
+"""The usual rule of thumb for English text with GPT-style tokenizers (OpenAI's own guidance)."""
 
 RECORD_KEY = "toolgate.request"
 """Where the record lives in the ASGI scope, for the access log line (gateway.app)."""
@@ -30,6 +34,19 @@ class RequestRecord:
     deployment: str | None = None
     """`upstream/model` of the deployment that produced the final answer (O1); None when no
     upstream answered (a refusal, or every deployment failed)."""
+    usage_estimated: bool = False
+    """True when the tokens are `estimate_usage`'s, not the upstream's (a client that left mid-stream)."""
+
+    def estimate_usage(self, messages: Any, streamed_chars: int) -> None:
+        """Tokens for a stream the client left before the upstream's usage chunk came: the upstream
+        still did (and billed) the work, so limits and metrics charge ≈ `CHARS_PER_TOKEN` characters a
+        token of the messages as sent and of the answer streamed so far, rather than nothing."""
+        if self.prompt_tokens or self.completion_tokens:
+            return
+        sent = len(json.dumps(messages, ensure_ascii=False, separators=(",", ":")))
+        self.prompt_tokens = -(-sent // CHARS_PER_TOKEN)
+        self.completion_tokens = -(-streamed_chars // CHARS_PER_TOKEN)
+        self.usage_estimated = True
 
     def take_usage(self, usage: Any, tool_calls: int) -> None:
         """The summed usage of every upstream call (G1) and the gateway tool calls run."""
@@ -41,7 +58,7 @@ class RequestRecord:
         return {
             "api": self.api, "route": self.route, "user": self.user, "status": self.status,
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens, "tool_calls": self.tool_calls,
-            "deployment": self.deployment,
+            "deployment": self.deployment, **({"usage_estimated": True} if self.usage_estimated else {}),
         }
 
     def finish(self, metrics: GatewayMetrics, seconds: float) -> None:

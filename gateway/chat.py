@@ -127,7 +127,9 @@ class ChatHandler:
             completion = await route.chain.after_model(ctx, body, completion)
             completion = finish_completion(completion, ctx.held)
             record.status = 200
-            return Response(json.dumps(translation.render(completion), ensure_ascii=False), media_type="application/json")
+            headers = {CAP_HEADER: "reached"} if stats.cap_reached else None  # the cap, without reading the body
+            return Response(json.dumps(translation.render(completion), ensure_ascii=False), media_type="application/json",
+                            headers=headers)
         except TimeoutError:
             raise _over_budget(budget) from None
         finally:
@@ -187,10 +189,12 @@ class ChatHandler:
         scrub = self.gw.secrets.scrub
 
         ended = False
+        streamed = 0  # characters of answer sent, for `estimate_usage` when the client leaves
 
         def write(batch: list[dict[str, Any]]) -> bytes:
-            nonlocal ended
+            nonlocal ended, streamed
             batch = answer.batch(batch)
+            streamed += answer_chars(batch)
             if isinstance(batch, Ending):  # the stream's end goes out in the same write
                 ended = True
                 return encoder.batch(batch) + encoder.end()
@@ -226,10 +230,28 @@ class ChatHandler:
             await chunks.aclose()
             await route.chain.end_request(ctx)
             record.take_usage(stats.usage, stats.tool_calls)
+            if record.status == 499:  # the client left: the usage chunk may never have come (O2)
+                record.estimate_usage(upstream_body.get("messages"), streamed)
             record.deployment = note.deployment
             record.finish(self.gw.metrics, time.perf_counter() - started)
 
         return _CleanStream(sse(), cleanup)
+
+
+def answer_chars(batch: list[dict[str, Any]]) -> int:
+    """Characters of content and tool-call arguments in a batch of chat chunks."""
+    count = 0
+    for chunk in batch:
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if isinstance(content, str):
+                count += len(content)
+            for call in delta.get("tool_calls") or ():
+                arguments = (call.get("function") or {}).get("arguments")
+                if isinstance(arguments, str):
+                    count += len(arguments)
+    return count
 
 
 def _scrubbed(encoder: StreamEncoder, exc: GatewayError, scrub: Callable[[str], str]) -> bytes:

@@ -443,3 +443,28 @@ def test_a_large_limit_is_leased_by_default_and_lease_share_0_takes_one_request_
     assert remaining[0] == 999 and remaining == sorted(remaining, reverse=True) and remaining[-1] >= 997  # refills 1 per 60 ms
     taken = ahead / 0.06  # seconds ahead of now, in intervals of 60/1000 s
     assert (9 <= taken <= 10.5) if leases else (2 <= taken <= 3.5)
+
+
+def test_a_client_that_leaves_a_stream_before_its_usage_is_charged_an_estimate(upstream, prefix) -> None:
+    # R: O2 -- the upstream did the work (and bills it): the tokens of what was sent and streamed count
+    scripted, server = upstream
+    scripted.push(Reply(content="held answer", hang_stream_after=2))
+    scripted.push(Reply(content="second"))
+    with running_gateway(limited(server.url, [{"per": "route", "tokens_per_minute": 20}], prefix)) as gw:
+        long_question = {**body("chat", stream=True), "messages": [{"role": "user", "content": "why " * 50}]}
+        def charged_seconds() -> float:  # the tokens bucket's `tat` ahead of now: 3 s a token at 20 a minute
+            found = [k for k in redis_support.keys(prefix) if "tpm" in k]
+            tat = float(redis_support.value(found[0]) or 0) if found else 0.0
+            return tat - datetime.now(timezone.utc).timestamp()
+
+        try:
+            with httpx2.stream("POST", gw.url + PATHS["chat"], json=long_question, timeout=30) as held:
+                assert held.status_code == 200
+                next(held.iter_bytes())  # the stream has begun; the upstream now hangs, its usage never comes
+            # ≈ 210 characters sent: ≈ 53 tokens, over the 20 a minute (60 s of the bucket)
+            assert wait_until(lambda: charged_seconds() > 60, timeout=10)
+            refused = post(gw)
+        finally:
+            scripted.release.set()
+    assert refused.status_code == 429
+    assert "tokens" in refused.json()["error"]["message"]
