@@ -5,6 +5,7 @@ training code stays out of the runtime package."""
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
 import shlex
 import tomllib
@@ -12,7 +13,6 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from setuptools import find_packages
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -105,11 +105,26 @@ def test_the_readmes_examples_send_a_conversation_id() -> None:
 def test_the_wheel_holds_no_training_code() -> None:
     # R: D5 — the packages setuptools puts in the wheel, found with the project's own settings
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
-    packages = find_packages(str(ROOT), include=config["include"], exclude=config.get("exclude", ()))
+    packages = _packages(config["include"], config.get("exclude", []))
     assert "plugins.prompt_guard" in packages and "plugins.prompt_guard.model" in packages
     assert [name for name in packages if "training" in name.split(".")] == []
     assert not (ROOT / "plugins" / "prompt_guard" / "training").exists()
     assert (ROOT / "training" / "round6" / "build_round6.py").is_file()
+
+
+def _packages(include: list[str], exclude: list[str]) -> list[str]:
+    """setuptools' `packages.find` over the repository: every folder with an `__init__.py` under a
+    package folder, by dotted name, kept when it matches an `include` pattern and no `exclude` one."""
+    found = []
+    inits = [init for top in ROOT.iterdir() if (top / "__init__.py").is_file() for init in top.rglob("__init__.py")]
+    for init in inits:
+        parts = init.parent.relative_to(ROOT).parts
+        if any(not (ROOT.joinpath(*parts[:i]) / "__init__.py").is_file() for i in range(1, len(parts))):
+            continue
+        name = ".".join(parts)
+        if any(fnmatch.fnmatchcase(name, p) for p in include) and not any(fnmatch.fnmatchcase(name, p) for p in exclude):
+            found.append(name)
+    return sorted(found)
 
 
 def test_no_runtime_module_imports_the_training_code() -> None:
