@@ -22,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.accounting import RECORD_KEY, RequestRecord
 from gateway.answer import AnswerStream, finish_completion
 from gateway.api.body import parse_object, read_body, require_json
-from gateway.api.dialect import Dialect, StreamEncoder, Translation
+from gateway.api.dialect import CAP_HEADER, Dialect, StreamEncoder, Translation
 from gateway.auth import authorization_of
 from gateway.chain import GatewayTool
 from gateway.conversation import CONVERSATION_HEADER, client_conversation_id, conversation_key

@@ -7,6 +7,10 @@ from typing import Any, Protocol
 
 from gateway.errors import GatewayError
 
+CAP_HEADER = "x-toolgate-tool-cap"
+"""A whole (non-streamed) response whose tool loop the gateway's cap ended says `reached` here, in
+every API; a stream says it in its last event (its headers left before the loop ended)."""
+
 ChatChunk = dict[str, Any]
 """One `chat.completion.chunk` dict as the tool loop yields it (JSON edge)."""
 
@@ -68,7 +72,7 @@ class ChunkDelta:
     """What one streamed chat chunk carries for a dialect's stream encoder: usage, new text,
     tool-call deltas and a finish reason, each read defensively (a chunk may lack any of them)."""
 
-    __slots__ = ("usage", "text", "tool_calls", "finish")
+    __slots__ = ("usage", "text", "tool_calls", "finish", "loop")
 
     def __init__(self, chunk: Mapping[str, Any]) -> None:
         self.usage = chunk.get("usage")
@@ -80,6 +84,9 @@ class ChunkDelta:
         self.text: str = content if isinstance(content, str) else ""
         self.tool_calls: list[Any] = delta.get("tool_calls") or []
         self.finish: str | None = choice.get("finish_reason")
+        loop = chunk.get("toolgate")
+        self.loop: dict[str, Any] | None = loop if isinstance(loop, dict) else None
+        """The tool loop's summary (`tool_calls`, `rounds`, `tool_cap_reached`), on the finishing chunk."""
 
 
 def token_counts(usage: Any) -> tuple[int, int]:

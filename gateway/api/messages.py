@@ -17,7 +17,7 @@ from typing import Any
 from gateway.api.dialect import StreamEncoder
 from gateway.api.params import MESSAGES_PARAMS, check_params
 from gateway.api.messages_input import chat_messages, chat_tool_choice, chat_tools
-from gateway.api.messages_output import MessagesEncoder, error_body, new_id, stop_reason, tool_use_block, usage_object
+from gateway.api.messages_output import MessagesEncoder, error_body, loop_fields, new_id, stop_reason, tool_use_block, usage_object
 from gateway.auth import bearer_token
 from gateway.errors import BadRequest, GatewayError, Unauthorized
 
@@ -124,7 +124,7 @@ class MessagesTranslation:
         content += [tool_use_block(call) for call in message.get("tool_calls") or []]
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.chat["model"], "content": content,
                 "stop_reason": stop_reason(choice.get("finish_reason")), "stop_sequence": None,
-                "usage": usage_object(completion.get("usage"))}
+                "usage": usage_object(completion.get("usage")), **loop_fields(completion.get("toolgate"))}
 
     def encoder(self) -> StreamEncoder:
         return MessagesEncoder(self.id, self.chat["model"])

@@ -16,7 +16,16 @@ from gateway.api.dialect import ChatChunk, ChunkDelta, token_counts
 from gateway.errors import GatewayError
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
-"""Chat finish reasons as Anthropic stop reasons."""
+"""Chat finish reasons as Anthropic stop reasons. An answer after the gateway's tool-call cap is
+`end_turn`: the model finished its turn (tools disabled); `pause_turn` would tell the client to
+send the conversation back to continue, `max_tokens` that the text was cut. The cap is said in
+`toolgate` beside the stop reason (`loop_fields`)."""
+
+
+def loop_fields(loop: Any) -> dict[str, Any]:
+    """The tool loop's summary as `toolgate` (as chat's: `tool_calls`, `rounds`,
+    `tool_cap_reached`) on the message, and on a stream's `message_delta`, when the loop ran."""
+    return {"toolgate": loop} if isinstance(loop, dict) and loop else {}
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error"}
@@ -71,6 +80,7 @@ class MessagesEncoder:
         self._text_open = False
         self._finish: str | None = None
         self._usage: Any = None
+        self._loop: dict[str, Any] | None = None
 
     @staticmethod
     def _event(kind: str, data: dict[str, Any]) -> bytes:
@@ -122,12 +132,13 @@ class MessagesEncoder:
             for call in delta.tool_calls:
                 out += self._tool_use(call)
             self._finish = delta.finish or self._finish
+            self._loop = delta.loop or self._loop
         return b"".join(out)
 
     def end(self) -> bytes:
         out = self._start() + self._close_text()
         out.append(self._event("message_delta", {"delta": {"stop_reason": stop_reason(self._finish), "stop_sequence": None},
-                                                 "usage": usage_object(self._usage)}))
+                                                 "usage": usage_object(self._usage), **loop_fields(self._loop)}))
         out.append(self._event("message_stop", {}))
         return b"".join(out)
 

@@ -17,7 +17,7 @@ from typing import Any
 from gateway.api.dialect import StreamEncoder
 from gateway.api.params import RESPONSES_PARAMS, check_params
 from gateway.api.responses_input import chat_messages, chat_tool_choice, chat_tools
-from gateway.api.responses_output import INCOMPLETE, ResponsesEncoder, call_item, message_item, new_id, usage_object
+from gateway.api.responses_output import INCOMPLETE, ResponsesEncoder, call_item, loop_fields, message_item, new_id, usage_object
 from gateway.errors import BadRequest, GatewayError
 
 ACCEPTED = frozenset({
@@ -120,13 +120,15 @@ class ResponsesTranslation:
         }
 
     def response(self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None = None,
-                 finish: str | None = None, error: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The `response` object in the given state."""
+                 finish: str | None = None, error: dict[str, Any] | None = None,
+                 loop: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The `response` object in the given state; `loop`, the tool loop's summary, when it ran."""
         incomplete = {"reason": INCOMPLETE[finish]} if status == "incomplete" and finish in INCOMPLETE else None
         return {
             "id": self.id, "object": "response", "created_at": self.created, "status": status, "model": self.chat["model"],
             "output": output, "usage": usage, "error": error, "incomplete_details": incomplete,
             "previous_response_id": None, "store": False, "truncation": "disabled", **self._echo,
+            **loop_fields(loop, self._echo["metadata"]),
         }
 
     def render(self, completion: dict[str, Any]) -> dict[str, Any]:
@@ -137,7 +139,8 @@ class ResponsesTranslation:
         output += [call_item(new_id("fc"), call) for call in message.get("tool_calls") or []]
         finish = choice.get("finish_reason")
         status = "incomplete" if finish in INCOMPLETE else "completed"
-        return self.response(status, output, usage_object(completion.get("usage")), finish)
+        loop = completion.get("toolgate") if isinstance(completion.get("toolgate"), dict) else None
+        return self.response(status, output, usage_object(completion.get("usage")), finish, loop=loop)
 
     def encoder(self) -> StreamEncoder:
         return ResponsesEncoder(self.response)

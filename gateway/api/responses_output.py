@@ -21,7 +21,24 @@ INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 """Chat finish reasons that leave a response incomplete, and the Responses reason for each."""
 
 Snapshot = Callable[..., dict[str, Any]]
-"""`(status, output, usage=None, finish=None, error=None)` → the `response` object in that state."""
+"""`(status, output, usage=None, finish=None, error=None, loop=None)` → the `response` object in
+that state (`loop`: the tool loop's summary, see `loop_fields`)."""
+
+CAP_KEY = "toolgate_tool_cap_reached"
+"""The `metadata` key that says the gateway's tool-call cap ended the loop (value `"true"`)."""
+
+
+def loop_fields(loop: dict[str, Any] | None, metadata: dict[str, Any]) -> dict[str, Any]:
+    """What a response says of the gateway's tool loop: its summary as `toolgate` (as chat's), and
+    at the cap `metadata.toolgate_tool_cap_reached: "true"` — the Responses API's typed place for
+    it, since `incomplete_details.reason` is a closed enum (max_output_tokens, max_messages,
+    content_filter, steered) and the answer after the cap is complete, not cut."""
+    if not loop:
+        return {}
+    fields: dict[str, Any] = {"toolgate": loop}
+    if loop.get("tool_cap_reached"):
+        fields["metadata"] = {**metadata, CAP_KEY: "true"}
+    return fields
 
 
 def new_id(prefix: str) -> str:
@@ -67,6 +84,7 @@ class ResponsesEncoder:
         self._text: list[str] = []
         self._finish: str | None = None
         self._usage: Any = None
+        self._loop: dict[str, Any] | None = None
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         data = {"type": kind, **fields, "sequence_number": self._seq}
@@ -131,12 +149,13 @@ class ResponsesEncoder:
             for call in delta.tool_calls:
                 out += self._call(call)
             self._finish = delta.finish or self._finish
+            self._loop = delta.loop or self._loop
         return b"".join(out)
 
     def end(self) -> bytes:
         out = self._start() + self._close_text()
         status = "incomplete" if self._finish in INCOMPLETE else "completed"
-        response = self._snapshot(status, self._output, usage_object(self._usage), self._finish)
+        response = self._snapshot(status, self._output, usage_object(self._usage), self._finish, loop=self._loop)
         out.append(self._event(f"response.{status}", response=response))
         return b"".join(out)
 
