@@ -7,8 +7,10 @@ const FILTERS = ["action", "resource", "scope", "status"];
 
 /** Why a record failed: its own reason, or its failed nodes' (a pipeline run). */
 function reasonOf(r) {
+  const run = r.args?.$run;  // a pipeline run's record: {reason, nodes: [{id, status, reason, durationMs}]}
   if (r.reason) return r.reason;
-  const nodes = [r.nodes, r.args?.nodes].find(Array.isArray) || [];  // a graph save's args.nodes is a count
+  if (typeof run?.reason === "string") return run.reason;
+  const nodes = [run?.nodes, r.nodes].find(Array.isArray) || [];
   const failed = nodes.filter((n) => n && n.status === "failed");
   return failed.map((n) => `${n.id}: ${n.reason || "failed"}`).join("; ") || (typeof r.error === "string" ? r.error : "");
 }

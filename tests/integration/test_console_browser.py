@@ -11,6 +11,7 @@ import secrets
 import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,10 +62,11 @@ def console(upstream: ScriptedUpstream, tmp_path: Path, monkeypatch: pytest.Monk
             yield Console(gw.url, tools.url, browser, issuer)
 
 
-def signed_in(console: Console, user: str, shot: str | None = None) -> tuple[BrowserContext, Page, list[str]]:
-    """A new browser context (its own cookies) signed in as `user` through the issuer; the list
-    collects CSP reports."""
-    context = console.browser.new_context(viewport={"width": 1440, "height": 900})
+def signed_in(console: Console, user: str, shot: str | None = None, **options: Any) -> tuple[BrowserContext, Page, list[str]]:
+    """A new browser context (its own cookies; `options` for Playwright's new_context, e.g. a
+    viewport or a timezone_id) signed in as `user` through the issuer; the list collects CSP
+    reports, uncaught errors of the app and a favicon 404."""
+    context = console.browser.new_context(**{"viewport": {"width": 1440, "height": 900}, **options})
     page = context.new_page()
     violations: list[str] = []
     page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
@@ -107,9 +109,10 @@ def choose_tool(page: Page, node_id: str, tool: str) -> None:
     page.select_option("select[name=tool]", tool)
 
 
-def confirm_next(page: Page, accept: bool = True) -> list[str]:
-    """Answer the next confirm() dialog (accept or cancel it); the list gets its message, to be
-    checked once the page has reacted (the dialog blocks the page until it is answered)."""
+@contextmanager
+def confirming(page: Page, accept: bool = True) -> Iterator[list[str]]:
+    """Around an action that asks confirm(): answer it (accept or cancel); the list holds its
+    message once the block ends (which waits for the dialog)."""
     asked: list[str] = []
 
     def answer(dialog: Any) -> None:
@@ -117,7 +120,8 @@ def confirm_next(page: Page, accept: bool = True) -> list[str]:
         dialog.accept() if accept else dialog.dismiss()
 
     page.once("dialog", answer)
-    return asked
+    with page.expect_event("dialog"):
+        yield asked
 
 
 def audit_count(context: BrowserContext, url: str, **filters: str) -> int:
@@ -171,14 +175,13 @@ def test_a_user_builds_saves_runs_and_audits_a_pipeline_in_the_console_and_anoth
     page.uncheck("input[name=bridge-conn-spare]")
     page.click("button:has-text('Save bridge')")
     expect(bridge_row.locator("td").nth(2)).to_have_text("tools")
-    asked = confirm_next(page, accept=False)  # C9: a delete is confirmed first; cancelled, nothing goes
-    spare.get_by_role("button", name="Delete").click()
-    assert wait_until(lambda: asked == ["Delete connection spare (alice)? Bridges that use it stop reaching its tools."])
+    with confirming(page, accept=False) as asked:  # C9: a delete is confirmed first; cancelled, nothing goes
+        spare.get_by_role("button", name="Delete").click()
+    assert asked == ["Delete connection spare (alice)? Bridges that use it stop reaching its tools."]
     expect(spare).to_have_count(1)
-    asked = confirm_next(page)
-    spare.get_by_role("button", name="Delete").click()
+    with confirming(page):
+        spare.get_by_role("button", name="Delete").click()
     expect(spare).to_have_count(0)
-    assert len(asked) == 1
     screenshot(page, "connections")
 
     # C3: draw input -> echo -> output; the input's port is renamed in the inspector
@@ -405,8 +408,8 @@ def test_a_members_item_and_the_orgs_of_one_id_are_two_rows_and_each_rows_button
     assert [n["id"] for n in alice.request.get(console.url + "/bridges/dupb/graph?owner=org:acme").json()["nodes"]] == ["t1"]
     assert alice.request.get(console.url + "/bridges/dupb/graph").json()["nodes"] == [], "her own is untouched"
     page.goto(console.url + "/console#/connections")
-    asked = confirm_next(page)
-    page.locator('[data-testid=connections] tr[data-id="dup"][data-owner="org:acme"]').get_by_role("button", name="Delete").click()
+    with confirming(page) as asked:
+        page.locator('[data-testid=connections] tr[data-id="dup"][data-owner="org:acme"]').get_by_role("button", name="Delete").click()
     expect(page.locator('[data-testid=connections] tr[data-id="dup"]')).to_have_count(1)
     expect(page.locator('[data-testid=connections] tr[data-id="dup"]')).to_have_attribute("data-owner", "alice")
     assert asked == ["Delete connection dup (org:acme)? Bridges that use it stop reaching its tools."]
