@@ -6,8 +6,8 @@
 
 Dotted paths (0-based, what pydantic and `YamlDocument.where` use) stay the key for positions;
 messages show the readable form: a list item by its name (a route by `model`, a plugin node by
-its id, anything else by `name` or `id`) when that name is unique in its list, else `#n`
-counting from 1.
+its id, an API key by `user_id`, anything else by `name` or `id`) when that name is unique in its
+list, else `#n` counting from 1.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from gateway.registry import PLUGIN_TYPES, REGISTRY, plugin_id
 
-NAME_KEYS: dict[str, str] = {"routes": "model", "upstreams": "name"}
+NAME_KEYS: dict[str, str] = {"routes": "model", "upstreams": "name", "api_keys": "user_id"}
 """The key that names an item, for lists whose items are not named by `name` or `id`."""
 
 

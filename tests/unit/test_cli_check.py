@@ -87,3 +87,6 @@ def test_list_items_are_named_when_their_name_is_unique_and_counted_from_one_oth
     assert readable_path(data, "routes.3") == "routes[#4]"
     assert readable_path(data, "routes.9.model") == "routes[#10].model"  # past the end: still a place
     assert readable_path(data, "server.port") == "server.port"
+    keys = {"auth": {"api_keys": [{"key": "env:A", "user_id": "alice"}, {"key": "env:B"}]}}
+    assert readable_path(keys, "auth.api_keys.0.key") == "auth.api_keys[alice].key"
+    assert readable_path(keys, "auth.api_keys.1.key") == "auth.api_keys[#2].key"
