@@ -6,8 +6,10 @@
     PATCH  /bridges/{id}                {connections}: the connections it federates
     DELETE /bridges/{id}
     GET    /bridges/{id}/graph          the saved graph (an empty one before the first save); ETag: its version
-    PUT    /bridges/{id}/graph          validate (F8) and save (F12); with If-Match: only over that version (S2)
-    GET    /connections                 the caller's connections (no secret references)
+    PUT    /bridges/{id}/graph          validate (F8, C7: graph_checks.py) and save (F12); with If-Match: only
+                                        over that version (S2); the answer carries the save's `warnings`
+    GET    /connections                 the caller's connections (no secret references), each with its
+                                        `health`: the last listing/call/test outcome in this process (C8)
     POST   /connections                 {id, owner?, endpoint, prefix?, authHeaderName?, authSecret?}
                                         (endpoint within `apiEndpointAllowList`; the credential is
                                         written once, sealed, never returned: see sealing.py)
@@ -52,7 +54,7 @@ from gateway.bridge.graph import Graph, empty_graph
 from gateway.bridge.limits import BridgeLimits
 from gateway.bridge.messages import located
 from gateway.bridge.naming import prefix_problems
-from gateway.bridge.records import AuditAction, AuditRecord, BridgeRecord, ConnectionRecord
+from gateway.bridge.records import AuditAction, AuditRecord, BridgeRecord, ConnectionRecord, Health
 from gateway.bridge.sealing import Sealer
 from gateway.bridge.store import BridgeStore, GraphConflict
 from gateway.bridge.tenancy import may_hold, named, visible_by_id
@@ -270,7 +272,8 @@ class BridgeApi:
     async def list_connections(self, request: Request) -> Response:
         """GET /connections: the caller's connections, without secret references."""
         caller = await caller_of(request, self._auth)
-        return JSONResponse({"data": [c.public() for c in await self._store.list_connections(caller.owners)]})
+        listed = await self._store.list_connections(caller.owners)
+        return JSONResponse({"data": [{**c.public(), "health": _health(self._upstreams.health(c.key))} for c in listed]})
 
     async def create_connection(self, request: Request) -> Response:
         """POST /connections: a connection without credentials (those are declared in YAML)."""
@@ -433,6 +436,10 @@ def change_record(caller: CallerScope, action: AuditAction, resource: str, args:
         duration_ms=(time.perf_counter() - started) * 1000,
         owner=args["owner"] if kind == "connection" else None,  # every member sees a change to the org's connection
     )
+
+
+def _health(health: Health | None) -> dict[str, Any] | None:
+    return health.public() if health is not None else None
 
 
 async def _unlisted(conn: ConnectionRecord) -> list[Any]:

@@ -1,6 +1,9 @@
 """What the graph editor (C3) needs beyond the CRUD routes of `api`:
 
     GET  /connections/{id}/tools   the connection's tools with their input schemas (a tool node's ports)
+    POST /connections/{id}/test    list its tools now: {ok, latencyMs, tools, error} (C8)
+    POST /connections/{id}/call    {name, arguments}: call one of its tools, as a run answers
+                                   ({isError, text, structuredContent}), audited `connection.tool_call`
     POST /bridges/{id}/run         {name, arguments}: run one of the bridge's saved pipelines, with
                                    what each node did (C5)
     GET  /bridges/{id}/runs        ?pipeline=<name>&limit=<n ≤ 100>: the bridge's runs, newest first,
@@ -16,6 +19,7 @@ item of an id, as on the CRUD routes (api_support.addressed).
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import mcp_types as types
@@ -24,12 +28,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.bridge.api_support import Authenticate, addressed, caller_of, json_body, object_body, rendered, visible_bridge
-from gateway.bridge.audit_args import Scrub
+from gateway.bridge.audit import AuditWriter
+from gateway.bridge.audit_args import Scrub, is_mutating, reduce_args
 from gateway.bridge.federation import CallerScope, Federation
 from gateway.bridge.gate import CallerGate
-from gateway.bridge.handlers import BridgeHandlers
-from gateway.bridge.records import AuditQuery, AuditRecord
-from gateway.bridge.run_report import public_nodes, run_entry
+from gateway.bridge.handlers import BridgeHandlers, audit_resource, error_result
+from gateway.bridge.records import AuditQuery, AuditRecord, ConnectionRecord
+from gateway.bridge.run_report import bounded_value, cut_text, public_nodes, run_entry
 from gateway.bridge.sessions import caller_key
 from gateway.bridge.store import BridgeStore
 from gateway.bridge.upstream import UpstreamCallFailed, Upstreams
@@ -41,10 +46,11 @@ class EditorApi:
 
     def __init__(
         self, store: BridgeStore, federation: Federation, upstreams: Upstreams, handlers: BridgeHandlers,
-        authenticate: Authenticate, *, scrub: Scrub, gate: CallerGate,
+        authenticate: Authenticate, *, scrub: Scrub, gate: CallerGate, audit: AuditWriter | None = None,
     ) -> None:
         """`gate`: the callers' outbound slots the handlers use too (one caller's listings here and
-        its MCP operations share them)."""
+        its MCP operations share them). `audit`: where a tried connection call is recorded."""
+        self._audit = audit
         self._gate = gate
         self._store = store
         self._federation = federation
@@ -57,18 +63,70 @@ class EditorApi:
         """The editor's routes."""
         return [
             Route("/connections/{connection_id}/tools", rendered(self.list_tools, self._scrub), methods=["GET"]),
+            Route("/connections/{connection_id}/test", rendered(self.test_connection, self._scrub), methods=["POST"]),
+            Route("/connections/{connection_id}/call", rendered(self.call_connection, self._scrub), methods=["POST"]),
             Route("/bridges/{bridge_id}/run", rendered(self.run, self._scrub), methods=["POST"]),
             Route("/bridges/{bridge_id}/runs", rendered(self.runs, self._scrub), methods=["GET"]),
         ]
 
-    async def list_tools(self, request: Request) -> Response:
-        """GET /connections/{id}/tools: names, descriptions and input schemas, as the connection lists them."""
+    async def _connection(self, request: Request) -> tuple[CallerScope, ConnectionRecord]:
+        """The caller's connection of the path (404 for another's, like a missing one)."""
         caller = await caller_of(request, self._auth)
         connection_id = request.path_params["connection_id"]
         scope = dataclasses.replace(caller, owners=addressed(request, caller.owners))
         conn = await self._federation.connection(scope, connection_id)
         if conn is None:
             raise NotFound(f"connection {connection_id} not found")
+        return caller, conn
+
+    async def test_connection(self, request: Request) -> Response:
+        """POST /connections/{id}/test: list the connection's tools now (not from the cache), within
+        the caller's outbound slots; 200 either way, `ok` saying whether its server answered."""
+        caller, conn = await self._connection(request)
+        started = time.perf_counter()
+        tools: list[types.Tool] = []
+        error = None
+        try:
+            with self._gate.caller(caller_key(caller.identity)):
+                tools = await self._upstreams.list_tools(conn, fresh=True)
+        except UpstreamCallFailed as exc:
+            error = self._scrub(exc.reason)
+        latency = round((time.perf_counter() - started) * 1000, 3)
+        return JSONResponse({"ok": error is None, "latencyMs": latency, "error": error, "tools": [
+            {"name": t.name, "description": t.description, "inputSchema": t.input_schema} for t in tools
+        ]})
+
+    async def call_connection(self, request: Request) -> Response:
+        """POST /connections/{id}/call: call one tool of the connection as it lists it (a fresh session,
+        like a pipeline node), within the caller's outbound slots; the answer scrubbed and bounded
+        (`CALL_CHARS`), the call audited (`connection.tool_call`, scope `connection:<id>`)."""
+        caller, conn = await self._connection(request)
+        data = object_body(await json_body(request), {"name", "arguments"})
+        name, arguments = data.get("name"), data.get("arguments", {})
+        if not isinstance(name, str) or not 0 < len(name) <= 256 or not isinstance(arguments, dict):
+            raise BadRequest("send {\"name\": <tool name as the connection lists it>, \"arguments\": {...}}")
+        started = time.perf_counter()
+        try:
+            with self._gate.caller(caller_key(caller.identity)):
+                result = await self._upstreams.call_tool(conn, name, arguments)
+        except UpstreamCallFailed as exc:
+            result = error_result(f"tool {name} failed: {exc.reason}")
+        if self._audit is not None:
+            self._audit.submit(AuditRecord(
+                ts=time.time(), action="connection.tool_call", actor_id=caller.actor_id, actor_email=caller.identity.email,
+                resource=audit_resource(name), scope=f"connection:{conn.id}", mutating=is_mutating(name),
+                args={**reduce_args(arguments, self._scrub), "$connection": {"owner": conn.owner}},
+                status="failure" if result.is_error else "success", duration_ms=(time.perf_counter() - started) * 1000,
+            ))
+        answer = result_json(result)
+        return JSONResponse({
+            "isError": answer["isError"], "text": cut_text(self._scrub(answer["text"]), CALL_CHARS),
+            "structuredContent": bounded_value(answer["structuredContent"], self._scrub, CALL_CHARS),
+        })
+
+    async def list_tools(self, request: Request) -> Response:
+        """GET /connections/{id}/tools: names, descriptions and input schemas, as the connection lists them."""
+        caller, conn = await self._connection(request)
         try:
             with self._gate.caller(caller_key(caller.identity)):  # within the caller's outbound slots, like MCP
                 tools = await self._upstreams.list_tools(conn)
@@ -117,6 +175,9 @@ class EditorApi:
             before = page[-1].seq
         return JSONResponse({"data": found[:limit]})
 
+
+CALL_CHARS = 64 * 1024
+"""The most text (and JSON text of structured content) a tried call is shown with; more is cut."""
 
 RUN_PAGE = 200
 """Audit records read per query of a run history."""

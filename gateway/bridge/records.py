@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -9,7 +10,7 @@ Source = Literal["config", "api"]
 AuditAction = Literal[
     "mcp.tool_call", "mcp.pipeline_call",
     "bridge.create", "bridge.update", "bridge.delete", "bridge.graph_save",
-    "connection.create", "connection.update", "connection.delete",
+    "connection.create", "connection.update", "connection.delete", "connection.tool_call",
 ]
 AuditStatus = Literal["success", "failure"]
 ItemKey = tuple[str, str]
@@ -151,3 +152,23 @@ class SavedGraph:
     graph: dict[str, Any]
     version: int
     saved_by: str | None
+
+
+def iso_utc(ts: float) -> str:
+    """A Unix time as ISO 8601 in UTC with `Z` (millisecond precision)."""
+    moment = datetime.datetime.fromtimestamp(ts, datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Health:
+    """The last outcome of a listing, call or test on a connection by this gateway process (C8):
+    `ok` when its server answered (a tool's error result or a JSON-RPC error is an answer), else why not."""
+
+    ok: bool
+    checked_at: float
+    error: str | None = None
+
+    def public(self) -> dict[str, Any]:
+        """What `GET /connections` shows."""
+        return {"ok": self.ok, "checkedAt": iso_utc(self.checked_at), "error": self.error}

@@ -10,14 +10,13 @@
 
 from __future__ import annotations
 
-import datetime
 import json
 from collections.abc import Callable
 from typing import Any
 
 import mcp_types as types
 
-from gateway.bridge.records import AuditRecord
+from gateway.bridge.records import AuditRecord, iso_utc
 from gateway.bridge.runner import NodeRun, RunTrace, bounded_reason
 
 VALUE_CHARS = 16 * 1024
@@ -26,19 +25,26 @@ VALUE_CHARS = 16 * 1024
 Scrub = Callable[[str], str]
 
 
-def bounded_value(value: Any, scrub: Scrub) -> Any:
-    """`value` as the editor is shown it: scrubbed of every secret the gateway holds; over
-    `VALUE_CHARS` characters of JSON text, that text's beginning with a marker instead."""
+def bounded_value(value: Any, scrub: Scrub, chars: int = VALUE_CHARS) -> Any:
+    """`value` as the editor is shown it: scrubbed of every secret the gateway holds; over `chars`
+    characters of JSON text, that text's beginning with a marker instead."""
     if value is None:
         return None
     text = json.dumps(value, default=str, ensure_ascii=False)
     cleaned = scrub(text)
-    if len(cleaned) <= VALUE_CHARS:
+    if len(cleaned) <= chars:
         try:
             return json.loads(cleaned)
         except ValueError:  # a replacement broke the JSON (it never should): shown as text
             return cleaned
-    return f"{cleaned[:VALUE_CHARS]}…[cut: {len(text.encode('utf-8'))} bytes in all]"
+    return cut_text(cleaned, chars, len(text.encode("utf-8")))
+
+
+def cut_text(text: str, chars: int, whole: int | None = None) -> str:
+    """`text` itself within `chars` characters, else its beginning and `…[cut: <n> bytes in all]`."""
+    if len(text) <= chars:
+        return text
+    return f"{text[:chars]}…[cut: {whole if whole is not None else len(text.encode('utf-8'))} bytes in all]"
 
 
 def _duration(ms: float | None) -> float | None:
@@ -74,12 +80,6 @@ def audit_run(trace: RunTrace | None, scrub: Scrub, result: types.CallToolResult
         text = "\n".join(p.text for p in result.content if isinstance(p, types.TextContent))
         run["reason"] = scrub(bounded_reason(text))
     return run
-
-
-def iso_utc(ts: float) -> str:
-    """A Unix time as ISO 8601 in UTC with `Z` (millisecond precision)."""
-    moment = datetime.datetime.fromtimestamp(ts, datetime.UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def run_entry(record: AuditRecord) -> dict[str, Any]:

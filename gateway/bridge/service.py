@@ -109,7 +109,8 @@ class BridgeService:
         )
         self._audit_api = AuditApi(self.store, api_authenticate, scrub=secrets.scrub)
         self._editor_api = EditorApi(
-            self.store, federation, self.upstreams, self.handlers, api_authenticate, scrub=secrets.scrub, gate=gate
+            self.store, federation, self.upstreams, self.handlers, api_authenticate, scrub=secrets.scrub, gate=gate,
+            audit=self.audit,
         )
         self._stack: contextlib.AsyncExitStack | None = None
         self._connecting: asyncio.Task[None] | None = None

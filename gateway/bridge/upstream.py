@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.bridge.gate import outbound
 from gateway.bridge.limits import MIB, OverLimit
-from gateway.bridge.records import ConnectionRecord, ItemKey, item_label
+from gateway.bridge.records import ConnectionRecord, Health, ItemKey, item_label
 from gateway.bridge.relay import Downstream, Relay
 from gateway.egress import UNUSABLE, EgressPolicy
 from gateway.mcp.connection import ClientFactory, McpConnection, Operation
@@ -165,6 +165,20 @@ class Upstreams:
         self.changes = 0
         """How many times a connection was made, changed or deleted here (`forget`): what is kept
         about which connections exist (federation.py) is stale once this moves."""
+        self._health: dict[ItemKey, Health] = {}
+        """The last outcome of a listing or call per connection, in this process only (C8)."""
+
+    def health(self, key: ItemKey) -> Health | None:
+        """The last outcome of a listing, call or test on the connection here (None: none yet)."""
+        return self._health.get(key)
+
+    def _note(self, key: ItemKey, failure: BaseException | None) -> None:
+        """Remember how the connection's last operation went: answered (also with an error of its
+        own: a JSON-RPC error, an answer over the bound), or not (why, as its caller may read it)."""
+        answered = failure is None or (
+            isinstance(failure, UpstreamCallFailed) and (failure.code is not None or isinstance(failure, ResultTooLarge)))
+        reason = None if answered else failure.reason if isinstance(failure, UpstreamCallFailed) else "the operation failed"
+        self._health[key] = Health(answered, time.time(), reason)
 
     async def close(self) -> None:
         """Close every pooled session (DELETE), wait for background closes, close the HTTP clients."""
@@ -177,6 +191,7 @@ class Upstreams:
     def forget(self, key: ItemKey) -> None:
         """Drop what is known about a connection (after it was made, changed or deleted); its sessions close."""
         self.changes += 1
+        self._health.pop(key, None)
         self._catalogs.pop(key, None)
         self._needs_listing.pop(key, None)
         known = self._targets.pop(key, None)
@@ -217,15 +232,24 @@ class Upstreams:
         pooled = self._pools.get(key)
         return pooled[1].size if pooled is not None else 0
 
-    async def catalog(self, conn: ConnectionRecord) -> Catalog:
-        """What the connection offers, reused for `toolListTtlSeconds`; scrubbed of every secret the
-        gateway holds (a server may echo its credential in a description)."""
-        target = self.target(conn)
+    async def catalog(self, conn: ConnectionRecord, *, fresh: bool = False) -> Catalog:
+        """What the connection offers, reused for `toolListTtlSeconds` (`fresh`: listed now);
+        scrubbed of every secret the gateway holds (a server may echo its credential in a description)."""
+        try:
+            target = self.target(conn)
+        except UpstreamCallFailed as exc:
+            self._note(conn.key, exc)
+            raise
         cached = self._catalogs.get(conn.key)
         now = time.monotonic()
-        if cached is not None and cached[1] is target and now - cached[0] < self._list_ttl:
+        if not fresh and cached is not None and cached[1] is target and now - cached[0] < self._list_ttl:
             return cached[2]
-        listed = await self._fresh(target, fetch_catalog, f"list {conn.id}", f"the listing of connection {conn.id}")
+        try:
+            listed = await self._fresh(target, fetch_catalog, f"list {conn.id}", f"the listing of connection {conn.id}")
+        except UpstreamCallFailed as exc:
+            self._note(conn.key, exc)
+            raise
+        self._note(conn.key, None)
         catalog = self._scrubbed(listed)
         self._catalogs[conn.key] = (now, target, catalog)
         return catalog
@@ -237,15 +261,21 @@ class Upstreams:
             [scrub(r) for r in catalog.resources], [scrub(t) for t in catalog.templates],
         )
 
-    async def list_tools(self, conn: ConnectionRecord) -> list[types.Tool]:
-        """The connection's tools, reused for `toolListTtlSeconds`."""
-        return (await self.catalog(conn)).tools
+    async def list_tools(self, conn: ConnectionRecord, *, fresh: bool = False) -> list[types.Tool]:
+        """The connection's tools, reused for `toolListTtlSeconds` (`fresh`: listed now)."""
+        return (await self.catalog(conn, fresh=fresh)).tools
 
     async def call_tool(self, conn: ConnectionRecord, tool: str, arguments: dict[str, object]) -> types.CallToolResult:
         """Call `tool` on a new session (a pipeline node, F10); raises `UpstreamCallFailed`."""
-        target = self.target(conn)
-        operation = relay_tool_call(tool, dict(arguments), self.timeout, self._needs_listing.setdefault(conn.key, set()))
-        return await self._fresh(target, operation, f"call {tool} on {conn.id}", f"the result of {tool}")
+        try:
+            target = self.target(conn)
+            operation = relay_tool_call(tool, dict(arguments), self.timeout, self._needs_listing.setdefault(conn.key, set()))
+            result = await self._fresh(target, operation, f"call {tool} on {conn.id}", f"the result of {tool}")
+        except UpstreamCallFailed as exc:
+            self._note(conn.key, exc)
+            raise
+        self._note(conn.key, None)
+        return result
 
     async def call_tool_as(
         self, caller: str, conn: ConnectionRecord, tool: str, arguments: dict[str, object], downstream: Downstream | None = None
@@ -265,14 +295,22 @@ class Upstreams:
         caller's outbound slots (gate.py); raises `UpstreamCallFailed` (`ResultTooLarge`, naming
         `answer`, past the answer bound). Opening or replacing the session admits a REST-made
         connection's endpoint again (`McpClients.session`, SSRF)."""
-        target = self.target(conn)
+        try:
+            target = self.target(conn)
+        except UpstreamCallFailed as exc:
+            self._note(conn.key, exc)
+            raise
         pool = self._pool(conn.key, target)
         relay = self._relay(conn.key, caller)
         try:
             with relay.serving(downstream):
-                return await outbound(pool.run(caller, "", operation))
+                done = await outbound(pool.run(caller, "", operation))
         except Exception as exc:
-            raise self._failure(target, what, exc, answer or f"the answer of connection {conn.id}") from exc
+            failure = self._failure(target, what, exc, answer or f"the answer of connection {conn.id}")
+            self._note(conn.key, failure)
+            raise failure from exc
+        self._note(conn.key, None)
+        return done
 
     def _relay(self, key: ItemKey, caller: str) -> Relay:
         relay = self._relays.get((key, caller))
