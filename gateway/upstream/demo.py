@@ -151,9 +151,11 @@ def _results(after: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
 
 
 def _quote(text: str) -> str:
-    text = " ".join(text.split())
+    """`text` as a markdown quote, its lines kept, cut after `QUOTE_CHARS` characters."""
+    lines = [" ".join(line.split()) for line in text.strip().splitlines()]
+    text = "\n".join(line for line in lines if line)
     short = text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS].rstrip() + " …"
-    return "> " + short
+    return "\n".join("> " + line for line in short.splitlines())
 
 
 def _context_titles(content: Any) -> list[str]:
@@ -172,24 +174,23 @@ def decide(body: dict[str, Any]) -> tuple[Call | None, str]:
     results = _results(after)
     if len(results) < len(planned) and body.get("tool_choice") != "none":
         return planned[len(results)], ""
-    lines = []
+    paragraphs = []
     if results:
-        for name, arguments, text in results:
-            lines += [f"I called `{name}` with {arguments}; it returned:", _quote(text), ""]
+        paragraphs += [f"I called `{name}` with {arguments}; it returned:\n{_quote(text)}" for name, arguments, text in results]
         if len(results) < len(planned):
-            lines.append(f"I stopped there: the gateway disabled tools (its tool-call cap was reached) before I could make "
-                         f"{len(planned) - len(results)} more call(s).")
+            paragraphs.append(f"I stopped there: the gateway disabled tools (its tool-call cap was reached) before I could "
+                              f"make {len(planned) - len(results)} more call(s).")
     elif functions:
         names = ", ".join(f"`{fn['name']}`" for fn in functions)
-        lines.append(f"None of the tools offered ({names}) shares a word with your message, so I called none. "
-                     "Ask for something one of them serves, e.g. \"Search the toolgate docs: how are sessions pooled?\"")
+        paragraphs.append(f"None of the tools offered ({names}) shares a word with your message, so I called none. "
+                          "Ask for something one of them serves, e.g. \"Search the toolgate docs: how are sessions pooled?\"")
     else:
-        lines.append("No tools were offered, so I called none. (I am the demo model: I call a tool the request offers "
-                     "when your message asks for what it serves, then answer from its result.)")
+        paragraphs.append("No tools were offered, so I called none. (I am the demo model: I call a tool the request offers "
+                          "when your message asks for what it serves, then answer from its result.)")
     titles = _context_titles(user.get("content")) if user else []
     if titles:
-        lines.append("Context the gateway added to your message: " + "; ".join(titles) + ".")
-    return None, "\n".join(lines).strip() + "\n"
+        paragraphs.append("Context the gateway added to your message: " + "; ".join(titles) + ".")
+    return None, "\n\n".join(paragraphs) + "\n"
 
 
 def _tool_call(call: Call) -> dict[str, Any]:

@@ -61,7 +61,7 @@ def test_three_questions_in_one_message_meet_the_demos_cap_of_two_calls(demo: Se
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text.startswith('I called `search_docs` with {"query": "Search the docs: how are sessions pooled?"}')
-    assert 'I called `get_page` with {"slug": "prompt-guard"}; it returned:\n> prompt_guard prompt_guard scores tool results' in text
+    assert 'I called `get_page` with {"slug": "prompt-guard"}; it returned:\n> prompt_guard\n> prompt_guard scores tool results' in text
     assert "get_page` with {\"slug\": \"quickstart\"}" not in text
     assert "the gateway disabled tools (its tool-call cap was reached) before I could make 1 more call(s)" in text
     ending = [c for c in chunks if c.choices and c.choices[0].finish_reason]

@@ -53,12 +53,12 @@ def test_one_call_per_question_per_round_then_an_answer_or_a_stop_when_tools_are
     assert first == Call("search_docs", {"query": "Search the docs for sessions?"})
     after_one = [_user(asked), {"role": "assistant", "content": None, "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "search_docs", "arguments": json.dumps(first.arguments)}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "[sessions] Sessions and conversations"}]
+        {"role": "tool", "tool_call_id": "c1", "content": "[sessions] Sessions and conversations\n\n  A conversation   is identified"}]
     assert decide({"messages": after_one, "tools": [SEARCH, PAGE]})[0] == Call("search_docs", {"query": "And the quickstart page?"})
     call, text = decide({"messages": after_one, "tools": [SEARCH, PAGE], "tool_choice": "none"})
     assert call is None
     assert text.startswith('I called `search_docs` with {"query": "Search the docs for sessions?"}; it returned:\n'
-                           "> [sessions] Sessions and conversations\n")
+                           "> [sessions] Sessions and conversations\n> A conversation is identified\n\n")
     assert "before I could make 1 more call(s)" in text
 
 
