@@ -90,3 +90,29 @@ def test_list_items_are_named_when_their_name_is_unique_and_counted_from_one_oth
     keys = {"auth": {"api_keys": [{"key": "env:A", "user_id": "alice"}, {"key": "env:B"}]}}
     assert readable_path(keys, "auth.api_keys.0.key") == "auth.api_keys[alice].key"
     assert readable_path(keys, "auth.api_keys.1.key") == "auth.api_keys[#2].key"
+
+
+# R: D4
+def test_a_misspelt_key_deep_in_a_plugin_the_bridge_or_limits_gets_its_sections_nearest_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, """\
+upstreams: [{name: u, kind: demo}]
+routes:
+  - model: m
+    upstream: u
+    plugins:
+      - type: prompt_guard
+        firewall: {confirmations: {ttl_secnds: 60}}
+bridge: {enabeld: true}
+limits:
+  rules: [{per: user, requets_per_minute: 5}]
+""")
+    assert main(["check", str(path)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{place(path, 'ttl_secnds')}: routes[m].plugins[prompt_guard].firewall.confirmations.ttl_secnds: unknown key "
+        "'ttl_secnds'; did you mean 'ttl_seconds'?",
+        f"{place(path, 'enabeld')}: bridge.enabeld: unknown key 'enabeld'; did you mean 'enabled'?",
+        f"{place(path, 'requets_per_minute')}: limits.rules[#1].requets_per_minute: unknown key 'requets_per_minute'; "
+        "did you mean 'requests_per_minute'?",
+    ]
