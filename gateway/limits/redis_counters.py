@@ -184,6 +184,13 @@ class _Connections:
             await _drop(conn)
 
 
+def _settled(task: "asyncio.Task[bytes]") -> None:
+    """A call carrying settlements ended; its error, if any, was reported (`on_error`) and is
+    raised to its caller — or to nobody, when the admission was cancelled: read it here."""
+    if not task.cancelled():
+        task.exception()
+
+
 async def _drop(conn: Any) -> None:
     try:
         await conn.disconnect()
@@ -213,7 +220,8 @@ class RedisCounters:
         self._pending_keys: list[str] = []
         self._pending_args: list[str | float] = []
         self._timer: asyncio.TimerHandle | None = None
-        self._flushes: set[asyncio.Task[None]] = set()
+        self._flushes: set[asyncio.Task[Any]] = set()
+        """Calls carrying settlements (flushes, and admissions' that must finish even if cancelled)."""
 
     def _error(self, exc: BaseException) -> CountersError:
         return CountersError(f"Redis at {self.where}: {type(exc).__name__}: {exc}".rstrip(": "))
@@ -223,6 +231,18 @@ class RedisCounters:
         settle_keys, settle_args = self._take_pending()
         argv: list[str | float] = [len(settle_keys), *args[:1], *settle_args, *args[1:]]
         command = ("EVALSHA", self._sha, len(settle_keys) + len(keys), *settle_keys, *keys, *argv)
+        if not settle_keys:
+            return await self._run(command, carried=False)
+        # settlements ride along: the call goes on even if this admission is cancelled (its client
+        # left), so they are neither lost nor, by a retry, counted twice
+        task = asyncio.ensure_future(self._run(command, carried=bool(keys)))
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+        task.add_done_callback(_settled)
+        return await asyncio.shield(task)
+
+    async def _run(self, command: tuple[Any, ...], *, carried: bool) -> bytes:
+        """One `COUNT` call; `carried`: settlements ride on an admission (a failure loses them too)."""
         try:
             try:
                 return await self._connections.call(*command)  # type: ignore[no-any-return]
@@ -231,7 +251,7 @@ class RedisCounters:
                 return await self._connections.call(*command)  # type: ignore[no-any-return]
         except (RedisError, OSError, TimeoutError) as exc:
             error = self._error(exc)
-            if settle_keys and keys and self.on_error is not None:
+            if carried and self.on_error is not None:
                 self.on_error(error)  # the settlements this admission carried are lost too (a flush reports its own)
             raise error from None
 
