@@ -8,6 +8,9 @@
                                    what each node did (C5)
     GET  /bridges/{id}/runs        ?pipeline=<name>&limit=<n ≤ 100>: the bridge's runs, newest first,
                                    read from the audit log (every caller's runs of this bridge)
+    GET  /bridges/{id}/graph/inferred-inputs?pipeline=<name>
+                                   {"inputs": {port: JSON Schema}}: the types a saved pipeline's wiring
+                                   implies for its arguments (inputs.py), to prefill its `inputs`
 
 A listing waits for one of the caller's outbound slots (gate.py, `outboundPerCaller`), as an MCP
 operation does. A run goes through the same handler as a `tools/call` on `/mcp/<bridgeId>`: the same
@@ -67,6 +70,7 @@ class EditorApi:
             Route("/connections/{connection_id}/call", rendered(self.call_connection, self._scrub), methods=["POST"]),
             Route("/bridges/{bridge_id}/run", rendered(self.run, self._scrub), methods=["POST"]),
             Route("/bridges/{bridge_id}/runs", rendered(self.runs, self._scrub), methods=["GET"]),
+            Route("/bridges/{bridge_id}/graph/inferred-inputs", rendered(self.inferred_inputs, self._scrub), methods=["GET"]),
         ]
 
     async def _connection(self, request: Request) -> tuple[CallerScope, ConnectionRecord]:
@@ -154,6 +158,20 @@ class EditorApi:
             raise NotFound(f"bridge {bridge_id} has no saved pipeline named {name[:64]!r}")
         result, trace = await self._handlers.call_traced(scope, name, arguments)
         return JSONResponse({**result_json(result), "nodes": public_nodes(trace, self._scrub)})
+
+    async def inferred_inputs(self, request: Request) -> Response:
+        """GET /bridges/{id}/graph/inferred-inputs?pipeline=<name>: per input port of the saved
+        pipeline, the schema of the tool argument it is wired to (`{}` when none)."""
+        caller = await caller_of(request, self._auth)
+        bridge_id = request.path_params["bridge_id"]
+        bridge = await visible_bridge(self._store, addressed(request, caller.owners), bridge_id)
+        name = request.query_params.get("pipeline", "")
+        scope = CallerScope(caller.identity, caller.owners, bridge)
+        graph = await self._handlers.graph(scope)
+        pipeline = graph.pipeline_named(name) if graph is not None else None
+        if graph is None or pipeline is None:
+            raise NotFound(f"bridge {bridge_id} has no saved pipeline named {name[:64]!r}")
+        return JSONResponse({"inputs": await self._handlers.inferred_inputs(scope, graph, pipeline)})
 
     async def runs(self, request: Request) -> Response:
         """GET /bridges/{id}/runs: the bridge's pipeline runs, newest first (C5), from their audit

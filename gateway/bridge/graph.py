@@ -64,15 +64,19 @@ class Edge(BaseModel):
 
 
 class Pipeline(BaseModel):
-    """A named subgraph: called as tool `name`, runs what `outputNode` depends on (F9)."""
+    """A named subgraph: called as tool `name`, runs what `outputNode` depends on (F9). `inputs`
+    types its arguments (a JSON Schema per output port of its input node) and `required` names
+    those a caller must give (C7); both shown in the `tools/list` entry."""
 
     model_config = ConfigDict(extra="allow")
 
     id: str = Field(min_length=1)
     name: str = Field(min_length=1)
-    description: str | None = None
+    description: str | None = Field(default=None, max_length=4096)
     inputNode: str = Field(min_length=1)
     outputNode: str = Field(min_length=1)
+    inputs: dict[str, dict[str, Any]] | None = None
+    required: list[str] | None = None
 
 
 class Graph(BaseModel):
@@ -106,12 +110,20 @@ class Graph(BaseModel):
         return {"version": self.version, "nodes": [], "edges": [], "pipelines": [], **data}
 
 
-def pipeline_input_schema(graph: Graph, pipeline: Pipeline) -> dict[str, Any]:
-    """The pipeline's arguments: one property per output port of its input node, none required
-    (an argument the caller leaves out produces no value and is dropped, F10)."""
+def pipeline_input_schema(
+    graph: Graph, pipeline: Pipeline, inferred: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The pipeline's arguments: one property per output port of its input node, typed by the
+    pipeline's `inputs`, else by `inferred` (the schemas of the tool arguments the port is wired to:
+    inputs.py), else untyped; `required` as the pipeline names them, else none (an argument the
+    caller leaves out produces no value and is dropped, F10)."""
     node = graph.node_map().get(pipeline.inputNode)
     ports = node.outputs if node is not None else []
-    return {"type": "object", "properties": {port: {} for port in ports}}
+    given, guessed = pipeline.inputs or {}, inferred or {}
+    schema: dict[str, Any] = {"type": "object", "properties": {port: given.get(port, guessed.get(port, {})) for port in ports}}
+    if pipeline.required:
+        schema["required"] = [port for port in pipeline.required if port in ports]
+    return schema
 
 
 def empty_graph() -> Graph:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import mcp_types as types
@@ -20,6 +21,7 @@ from gateway.bridge.audit_args import is_mutating, reduce_args
 from gateway.bridge.federation import CallerScope, Federation
 from gateway.bridge.gate import CallerGate
 from gateway.bridge.graph import Graph, Pipeline, is_tool_name, pipeline_input_schema
+from gateway.bridge.inputs import inferred_inputs
 from gateway.bridge.limits import BridgeLimits, OverLimit
 from gateway.bridge.records import AuditAction, AuditRecord
 from gateway.bridge.relay import Downstream
@@ -103,12 +105,35 @@ class BridgeHandlers:
             return tools
         names = {p.name for p in graph.pipelines}
         tools = [t for t in tools if t.name not in names]  # a pipeline wins over a tool of its name
+        tools_of = await self._tools_of(scope)
         for pipeline in graph.pipelines:
             description = pipeline.description or f"Pipeline {pipeline.name} ({scope.name})"
-            tools.append(
-                types.Tool(name=pipeline.name, description=description, input_schema=pipeline_input_schema(graph, pipeline))
-            )
+            inferred = await inferred_inputs(graph, pipeline, tools_of)  # the listings are cached (Upstreams.catalog)
+            tools.append(types.Tool(
+                name=pipeline.name, description=description, input_schema=pipeline_input_schema(graph, pipeline, inferred)
+            ))
         return tools
+
+    async def _tools_of(self, scope: CallerScope) -> Callable[[str], Awaitable[list[types.Tool] | None]]:
+        """The tools of the scope's connections by id (None for one that is not there or cannot be listed)."""
+        connections = {c.id: c for c in await self._federation.connections(scope)}
+
+        async def tools_of(connection_id: str) -> list[types.Tool] | None:
+            conn = connections.get(connection_id)
+            if conn is None:
+                return None
+            try:
+                return await self._upstreams.list_tools(conn)
+            except UpstreamCallFailed:
+                return None
+
+        return tools_of
+
+    async def inferred_inputs(self, scope: CallerScope, graph: Graph, pipeline: Pipeline) -> dict[str, dict[str, Any]]:
+        """The types of the pipeline's inputs as its wiring implies them (inputs.py), within the
+        caller's outbound slots."""
+        with self._gate.caller(caller_key(scope.identity)):
+            return await inferred_inputs(graph, pipeline, await self._tools_of(scope))
 
     async def _call_tool(
         self, scope: CallerScope, name: str, arguments: dict[str, Any] | None, downstream: Downstream | None,

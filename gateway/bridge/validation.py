@@ -186,10 +186,30 @@ def graph_problems(graph: Graph) -> list[GraphProblem]:
                 f"pipeline name must match {TOOL_NAME.pattern} without '__': {', '.join(bad_names)}",
             )
         )
+    problems += typed_input_problems(graph)
     cycle = find_cycle(graph)
     if cycle:
         problems.append(GraphProblem("cycle", tuple(cycle), f"cycle: {' -> '.join(cycle)}",
                                      nodes=tuple(dict.fromkeys(cycle))))
+    return problems
+
+
+def typed_input_problems(graph: Graph) -> list[GraphProblem]:
+    """A pipeline's `inputs` and `required` name output ports of its input node (C7)."""
+    nodes = graph.node_map()
+    problems = []
+    for p in graph.pipelines:
+        start = nodes.get(p.inputNode)
+        if start is None or start.kind != "input":
+            continue  # reported as a boundary problem
+        named = [(f"input {quoted(port)}", port) for port in (p.inputs or {})]
+        named += [(f"required input {quoted(port)}", port) for port in (p.required or [])]
+        unknown = [what for what, port in named if port not in start.outputs]
+        if unknown:
+            problems.append(GraphProblem(
+                "unknown pipeline input", (p.id,),
+                f"pipeline {quoted(p.name)}: {', '.join(unknown[:10])} is not a port of its input node {quoted(start.id)}",
+                nodes=(start.id,)))
     return problems
 
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from gateway.bridge.config import BridgeConfig
 from tests.support.bridge_servers import BridgeApp, CallLog, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node, tool_server
@@ -155,3 +157,50 @@ async def test_pydantic_messages_are_readable_on_the_rest_api(world: World) -> N
     # R: C7
     bad = await call(world, "POST", "/bridges", body={"id": "no good", "connections": ["tools"]})
     assert bad.json()["error"]["message"] == "id must be 1 to 64 letters, digits, _ or -, starting with a letter or digit"
+
+
+async def listed_pipeline(world: World, name: str) -> Any:
+    async with Client(streamable_http_client(f"{world.url}/mcp/rules", http_client=mcp_http("alice-key"))) as client:
+        return next(t for t in (await client.list_tools()).tools if t.name == name)
+
+
+def two_inputs(**fields: Any) -> dict[str, Any]:
+    """in1.text → echo.text, in1.note unwired; pipeline `say` with `fields` (description, inputs, required)."""
+    data = echo()
+    data["nodes"][0]["outputs"] = ["text", "note"]
+    data["pipelines"][0].update(fields)
+    return data
+
+
+async def test_a_pipeline_lists_its_description_and_typed_or_inferred_inputs(world: World) -> None:
+    # R: C7, F9
+    assert (await save(world, two_inputs())).status_code == 200
+    inferred = await call(world, "GET", "/bridges/rules/graph/inferred-inputs?pipeline=say")
+    assert inferred.status_code == 200
+    assert inferred.json() == {"inputs": {"text": {"title": "Text", "type": "string"}, "note": {}}}
+    plain = await listed_pipeline(world, "say")
+    assert plain.description == "Pipeline say (bridge:rules)"  # the default, as before
+    assert plain.input_schema == {"type": "object", "properties": {"text": {"title": "Text", "type": "string"}, "note": {}}}
+
+    typed = two_inputs(description="Say it back", inputs={"note": {"type": "integer", "minimum": 1}}, required=["text"])
+    assert (await save(world, typed)).status_code == 200
+    listed = await listed_pipeline(world, "say")
+    assert listed.description == "Say it back"
+    assert listed.input_schema == {
+        "type": "object", "required": ["text"],
+        "properties": {"text": {"title": "Text", "type": "string"}, "note": {"type": "integer", "minimum": 1}},
+    }
+
+
+async def test_pipeline_inputs_must_name_ports_of_its_input_node(world: World) -> None:
+    # R: C7
+    answer = await save(world, two_inputs(inputs={"ghost": {"type": "string"}}, required=["text", "spook"]))
+    assert errors(answer) == [("in1", None, 'pipeline "say": input "ghost", required input "spook" is not a port of '
+                                            'its input node "in1"')]
+    assert (await save(world, two_inputs(inputs={"text": "string"}))).status_code == 400  # a schema is an object
+
+
+async def test_inferred_inputs_need_a_saved_pipeline_of_the_callers_bridge(world: World) -> None:
+    # R: C7, F2
+    assert (await call(world, "GET", "/bridges/rules/graph/inferred-inputs?pipeline=nope")).status_code == 404
+    assert (await call(world, "GET", "/bridges/rules/graph/inferred-inputs?pipeline=say", key="bob-key")).status_code == 404

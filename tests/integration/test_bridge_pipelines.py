@@ -79,7 +79,8 @@ async def test_a_saved_pipeline_is_listed_under_its_name_with_its_input_ports(wo
         tools = {t.name: t for t in (await client.list_tools()).tools}
     async with Client(streamable_http_client(f"{world.url}/mcp", http_client=mcp_http("alice-key"))) as client:
         federation = {t.name for t in (await client.list_tools()).tools}
-    assert tools["fan_in"].input_schema == {"type": "object", "properties": {"query": {}}}
+    # R: C7 — the port's type inferred from the tool arguments it is wired to (slow_a's `query`)
+    assert tools["fan_in"].input_schema == {"type": "object", "properties": {"query": {"title": "Query", "type": "string"}}}
     assert "tools__echo" in tools
     assert "fan_in" not in federation
 
