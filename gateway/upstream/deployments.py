@@ -188,8 +188,12 @@ class Deployments:
             except BaseException:
                 await _close(batches)
                 raise
-            async for batch in self._rest(deployment, batches, first):
-                yield batch
+            rest = self._rest(deployment, batches, first)
+            try:
+                async for batch in rest:
+                    yield batch
+            finally:  # closed now (the client left), not whenever the collector finalizes `rest`
+                await rest.aclose()
             return
         assert last is not None
         raise last

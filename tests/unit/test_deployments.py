@@ -223,3 +223,40 @@ async def test_a_probe_stream_ending_in_a_request_fault_frees_the_probe_slot() -
         async for _ in routed.stream({"model": "assistant"}):
             pass
     assert (breaker.probing, breaker.available(6)) == (False, True)
+
+
+class _Endless:
+    """An upstream whose stream never ends; `closed` is set once the stream is closed."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        raise AssertionError("not called")
+
+    def stream(self, body: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
+        return self._batches()
+
+    async def _batches(self) -> AsyncIterator[list[dict[str, Any]]]:
+        try:
+            while True:
+                yield [{"choices": []}]
+        finally:
+            self.closed = True
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_closing_a_routed_stream_closes_the_upstream_stream_before_it_returns() -> None:
+    # R: O1 -- the client left: the upstream stream is closed by the close itself, not later by the garbage collector
+    upstream = _Endless()
+    breaker = Breaker(failures=1, cooldown_seconds=5)
+    pool = Pool("assistant", [Deployment(upstream, "model-a", breaker=breaker)])  # type: ignore[arg-type]
+    routed = Deployments(pool, Counter("calls", "calls", ["upstream", "deployment", "outcome"], registry=CollectorRegistry()),
+                         random=draws(0.0), clock=lambda: 5.0)
+    stream = routed.stream({"model": "assistant"})
+    await anext(stream)
+    await anext(stream)
+    await stream.aclose()  # type: ignore[attr-defined]
+    assert upstream.closed
