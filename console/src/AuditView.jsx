@@ -30,9 +30,9 @@ export function AuditView() {
     for (const [k, v] of Object.entries(applied)) {
       if (!v) continue;
       // a picker's value is a time in the browser's zone, as the rows show them (`new Date` reads it so)
-      // (until takes the whole of its last second or minute: a row shown at that time is in)
+      // (until takes the whole of its second: a row shown at that time is in)
       if (k === "since") query.set(k, new Date(v).toISOString());
-      else if (k === "until") query.set(k, new Date(new Date(v).getTime() + (v.length > 16 ? 999 : 59_999)).toISOString());
+      else if (k === "until") query.set(k, new Date(new Date(v).getTime() + 999).toISOString());
       else if (v) query.set(k, v);
     }
     if (before !== null) query.set("before", String(before));
