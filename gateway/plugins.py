@@ -1,7 +1,7 @@
 """The plugin interface (G2): a node with one `request` input and one `request` output.
 
 Every hook passes its input through by default, so a plugin overrides only what it does.
-Hook order for one request (see README "Plugin hooks"):
+Hook order for one request (see docs/gateway.md, "Plugin hooks"):
 
 1. `gather_context(ctx, request)` of every plugin, concurrently (mcp_bridge: prefetch + resources),
    then `before_model(ctx, request)` for each plugin, in YAML order (mcp_bridge: inject them).
