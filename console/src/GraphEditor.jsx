@@ -55,6 +55,7 @@ function BridgeNode({ id, data, selected }) {
       {data.broken && <div className="broken-note">{data.broken}</div>}
       {run && run.status !== "ok" && <div className={`run-note run-${run.status}`} data-testid="run-note">{run.status}{run.reason ? `: ${run.reason}` : ""}</div>}
       {data.problems.map((p, i) => <div className="problem" role="alert" key={i}>{p}</div>)}
+      {(data.warnings || []).map((w, i) => <div className="warning" key={`w${i}`}>{w}</div>)}
     </div>
   );
 }
@@ -252,6 +253,17 @@ function Editor({ bridgeId, owner }) {
     const placed = new Set([...nodes.map((n) => n.id), ...pipelines.map((p) => p.id), ...drawn]);
     setProblems(found.filter((p) => !p.ids.some((id) => placed.has(id))));
   };
+  const markWarnings = (warnings) => {  // saved, but e.g. the connection could not be asked for its tools
+    const byNode = new Map();
+    for (const w of warnings) if (w.node) byNode.set(w.node, [...(byNode.get(w.node) || []), w.message]);
+    setNodes((ns) => ns.map((n) => {
+      const found = byNode.get(n.id);
+      if (!found && !n.data.warnings) return n;
+      const data = { ...n.data, warnings: found };
+      if (!found) delete data.warnings;
+      return { ...n, data };
+    }));
+  };
   const save = async ({ overwrite = false } = {}) => {
     setStatus(null);
     const graph = fromFlow(nodes, edges, pipelines);
@@ -260,6 +272,7 @@ function Editor({ bridgeId, owner }) {
       if (overwrite) tag = (await request("GET", graphPath)).etag;  // over whatever is saved now
       const saved = await request("PUT", graphPath, graph, tag ? { "if-match": tag } : {});
       markProblems([]);
+      markWarnings(saved.data?.warnings || []);
       setConflict(null);
       setEtag(saved.etag);
       setSavedJson(canon(graph));

@@ -6,7 +6,7 @@ import { MarkerType } from "@xyflow/react";
 export const IN = "in:";
 export const ARROW = { type: MarkerType.ArrowClosed };
 export const OUT = "out:";
-const SHOWN_ONLY = ["problems"];  // node data the editor adds for display, never saved
+const SHOWN_ONLY = ["problems", "warnings"];  // node data the editor adds for display, never saved
 
 export function toFlow(graph) {
   const nodes = (graph.nodes || []).map((n, i) => {

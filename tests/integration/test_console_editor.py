@@ -355,3 +355,45 @@ def test_a_graph_is_exported_to_a_json_file_and_imported_from_one_unsaved_until_
     expect(node(page, "m1")).to_be_visible()  # the canvas is untouched
     assert violations == []
     alice.close()
+
+
+def test_the_canvas_basics_are_reachable_by_keyboard(console: Console) -> None:
+    # R: C9 -- Tab reaches the nodes, Enter selects one (its inspector opens), the arrows move it,
+    # the inspector's selects wire it, Delete removes it
+    alice, page, violations = signed_in(console, "alice")
+    made(console, alice, page, SHOUT)
+    open_editor(page, console)
+    expect(node(page, "out1")).to_be_visible()
+    page.locator("button:has-text('Save')").focus()
+    on_node = "document.activeElement.classList.contains('react-flow__node')"
+    for _ in range(60):
+        page.keyboard.press("Tab")
+        if page.evaluate(on_node):
+            break
+    assert page.evaluate(on_node), "Tab never reached a node"
+    focused = page.evaluate("document.activeElement.dataset.id")
+    page.keyboard.press("Enter")
+    expect(page.get_by_test_id("inspector").locator("h3")).to_contain_text(focused)
+    before = node(page, focused).evaluate("n => getComputedStyle(n).transform")
+    page.keyboard.press("ArrowRight")
+    expect(node(page, focused)).not_to_have_css("transform", before)
+
+    # out1's input unwired and wired again from the keyboard, in the inspector
+    node(page, "out1").focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_test_id("inspector").locator("h3")).to_have_text("output out1")
+    wire = page.locator("select[name=wire-result]")
+    wire.focus()
+    page.keyboard.press("Home")  # the first choice: (not wired)
+    expect(wire).to_have_value("")
+    expect(page.locator(".react-flow__edge")).to_have_count(1)
+    wire.focus()
+    page.keyboard.press("End")
+    expect(wire).to_have_value("t1.result")
+    expect(page.locator(".react-flow__edge")).to_have_count(2)
+    node(page, "out1").focus()
+    page.keyboard.press("Delete")
+    expect(node(page, "out1")).to_have_count(0)
+    expect(page.locator(".react-flow__edge")).to_have_count(1)
+    assert violations == []
+    alice.close()
