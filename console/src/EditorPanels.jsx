@@ -27,7 +27,7 @@ function TypedInputs({ pipeline, ports, onChange, infer, index }) {
       const found = await infer(pipeline.name);
       if (found === null) { setNote("types cannot be inferred by this gateway"); return; }
       const next = { ...inputs };
-      for (const [port, schema] of Object.entries(found)) if (ports.includes(port)) next[port] = schema;
+      for (const [port, schema] of Object.entries(found)) if (ports.includes(port) && Object.keys(schema || {}).length) next[port] = schema;
       onChange({ inputs: Object.keys(next).length ? next : undefined });
       setNote(`inferred from the wiring: ${Object.keys(found).join(", ") || "nothing"} (editable)`);
     } catch (e) { setNote(e.message); }
@@ -45,7 +45,7 @@ function TypedInputs({ pipeline, ports, onChange, infer, index }) {
         </div>
       ))}
       <button type="button" onClick={inferNow} disabled={!pipeline.name}>Infer types</button>
-      {note && <p className="hint" role="status">{note}</p>}
+      {note && <p className="hint" data-testid="infer-note">{note}</p>}
     </details>
   );
 }

@@ -5,17 +5,22 @@ server and chromium as test_console_browser.py (its fixture)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from playwright.sync_api import BrowserContext, Page, expect
 
 from tests.integration.test_console_browser import (  # noqa: F401 -- `console` is the fixture
     Console, confirming, console, draw_edge, node, signed_in,
 )
 from tests.support import canary
+from tests.support.bridge_servers import mcp_http
 from tests.support.browser import screenshot
 
 
@@ -64,6 +69,12 @@ def made(console: Console, context: BrowserContext, page: Page, graph: dict[str,
 
 def saved_graph(context: BrowserContext, console: Console) -> dict[str, Any]:
     return context.request.get(console.url + "/bridges/pipes/graph").json()
+
+
+async def tools_over_mcp(url: str) -> list[Any]:
+    """The bridge's tools/list as alice's MCP client sees it."""
+    async with Client(streamable_http_client(url, http_client=mcp_http("alice-key"))) as client:
+        return (await client.list_tools()).tools
 
 
 def re_class(name: str) -> re.Pattern[str]:
@@ -304,7 +315,13 @@ def test_a_tool_node_lists_its_connections_tools_takes_typed_constants_and_a_pip
     page.click("button:has-text('Add pipeline')")
     page.fill("input[name=pipeline-name-0]", "shout")
     page.fill("input[name=pipeline-description-0]", "Echo a text with a prefix")
+    page.click("button:has-text('Save')")
+    expect(page.get_by_role("status")).to_have_text("Saved.")
+    # its input's type inferred from the wiring (query feeds echo's text: a string), then edited
     page.locator(".typed-inputs summary").click()
+    page.click("button:has-text('Infer types')")
+    expect(page.locator("select[name=pipeline-type-0-query]")).to_have_value("string")
+    page.select_option("select[name=pipeline-type-0-query]", "integer")
     page.select_option("select[name=pipeline-type-0-query]", "string")
     page.check("input[name=pipeline-required-0-query]")
     page.click("button:has-text('Save')")
@@ -312,9 +329,15 @@ def test_a_tool_node_lists_its_connections_tools_takes_typed_constants_and_a_pip
     saved = saved_graph(alice, console)
     t1 = next(n for n in saved["nodes"] if n["id"] == "t1")
     assert t1["config"] == {"prefix": ">> "} and t1["tool"] == "echo" and t1["connectionId"] == "tools"
-    assert saved["pipelines"] == [{"id": "p1", "name": "shout", "inputNode": "in1", "outputNode": "out1",
-                                   "description": "Echo a text with a prefix", "inputs": {"query": {"type": "string"}},
-                                   "required": ["query"]}]
+    [pipeline] = saved["pipelines"]
+    assert pipeline["description"] == "Echo a text with a prefix" and pipeline["required"] == ["query"]
+    assert pipeline["inputs"]["query"]["type"] == "string"
+    # what an MCP client sees of it: the description and the typed, required input
+    with ThreadPoolExecutor(1) as thread:  # Playwright's sync API holds this thread's event loop
+        listed = thread.submit(asyncio.run, tools_over_mcp(console.url + "/mcp/pipes")).result()
+    shout = next(t for t in listed if t.name == "shout")
+    assert shout.description and "Echo a text with a prefix" in shout.description
+    assert shout.input_schema["properties"]["query"]["type"] == "string" and shout.input_schema["required"] == ["query"]
     # the typed input prefills the arguments; the constant is used by the run
     expect(page.locator("textarea[name=try-arguments]")).to_have_value('{"query":""}')
     page.fill("textarea[name=try-arguments]", '{"query": "hi"}')
