@@ -14,7 +14,8 @@ With a spool (spool.py), nothing is dropped while the spool has room:
   growing pause between tries (`RETRY_FIRST` doubling up to `RETRY_MOST` seconds), and goes back
   to writing straight to the store once it is empty;
 - a full in-memory queue moves what it holds, then the new record, into the spool at once;
-- records the spool has no room for are dropped, counted (`spool_full`) and logged;
+- records the spool has no room for are dropped, counted (`spool_full`) and logged; records it
+  cannot write (the disk full or failing before `maxBytes` is reached) likewise (`spool_unwritable`);
 - a spool left by an earlier run is replayed when the writer starts.
 
 Spool writes happen on the event loop thread (one fsync per batch, only while the store is
@@ -140,9 +141,11 @@ class AuditWriter:
         assert self._spool is not None
         try:
             left = self._spool.prepend(records) if first else self._spool.append(records)
-        except OSError as exc:
-            left = list(records)
-            log.error("audit spool %s cannot be written: %s", self._spool.folder, exc)
+        except OSError as exc:  # the disk is full or failing: not the spool's own bound
+            self.dropped.labels(reason="spool_unwritable").inc(len(records))
+            log.error("audit spool %s cannot be written (%s): %d record(s) dropped", self._spool.folder, exc, len(records))
+            self._gauge()
+            return
         kept = len(records) - len(left)
         if kept:
             self.spooled.inc(kept)

@@ -140,19 +140,34 @@ class AuditSpool:
         lines, left = self._fitting(records)
         if lines:
             number, file = self._appendable(len(lines))
+            before = self._sizes[number]
             try:
                 file.write(lines)
                 file.flush()
                 os.fsync(file.fileno())
-            except OSError:  # a full disk: maybe a torn line at its end, so the next append starts a new segment
+            except OSError:  # a full disk: nothing of this append is kept — cut back what was written
                 self._tail = None
                 with contextlib.suppress(OSError):
                     file.close()
-                with contextlib.suppress(OSError):
-                    self._sizes[number] = self._path(number).stat().st_size
+                self._cut(number, before)
                 raise
             self._sizes[number] += len(lines)
         return left
+
+    def _cut(self, number: int, size: int) -> None:
+        """Cut segment `number` back to `size` bytes after a failed write (whole lines written before
+        the failure would otherwise be read back, though the caller was told none were kept); if even
+        that fails, its size on disk is counted and new appends go to a new segment."""
+        path = self._path(number)
+        try:
+            os.truncate(path, size)
+            self._sizes[number] = size
+        except OSError:
+            with contextlib.suppress(OSError):
+                self._sizes[number] = path.stat().st_size
+        if self._sizes.get(number) == 0:
+            path.unlink(missing_ok=True)
+            self._sizes.pop(number, None)
 
     def prepend(self, records: Sequence[AuditRecord]) -> list[AuditRecord]:
         """Keep `records` before every record kept so far (a segment of its own, fsynced); those that
@@ -207,10 +222,16 @@ class AuditSpool:
         return self._tail
 
     def _write_new(self, number: int, lines: bytes) -> None:
-        with self._path(number).open("xb") as file:
-            file.write(lines)
-            file.flush()
-            os.fsync(file.fileno())
+        file = self._path(number).open("xb")  # never an existing file
+        try:
+            with file:
+                file.write(lines)
+                file.flush()
+                os.fsync(file.fileno())
+        except OSError:
+            self._sizes[number] = 0
+            self._cut(number, 0)  # nothing of a failed write is kept
+            raise
         _fsync_folder(self.folder)
         self._sizes[number] = len(lines)
 

@@ -266,3 +266,44 @@ bridge:
                for p in problems), problems
     assert any(p.startswith(f"{place(path, 'storeDownAtStart')}: bridge.storeDownAtStart: Input should be 'exit' or 'serve'")
                for p in problems), problems
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A 64 KiB tmpfs: a real disk that fills up (needs root and mount, as on our machines)."""
+    import os
+    import subprocess
+
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root and permission to mount a tmpfs (a disk that fills up)")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+async def test_records_a_full_disk_refuses_are_counted_as_unwritable_not_as_a_full_spool(tmp_path: Path, small_disk: Path) -> None:
+    # R: O4 -- the spool's bound (1 MiB) is not reached: the disk (64 KiB) is; operators see which
+    store = FlakyStore(tmp_path / "audit.db")
+    await store.open()
+    store.down = True
+    registry = CollectorRegistry()
+    writer = AuditWriter(store, queue_size=10_000, registry=registry, spool=AuditSpool(small_disk / "spool", 1024 * 1024))
+    writer.start()
+    line = len(encode(record(1, record_id="x" * 40)))
+    total = 2 * 64 * 1024 // line
+    for n in range(total):
+        writer.submit(record(n, record_id=None))
+    await asyncio.wait_for(writer._queue.join(), timeout=10)
+    unwritable = registry.get_sample_value("toolgate_audit_dropped_total", {"reason": "spool_unwritable"}) or 0
+    kept = registry.get_sample_value("toolgate_audit_spooled_total") or 0
+    assert unwritable > 0 and kept > 0 and kept + unwritable == total
+    assert registry.get_sample_value("toolgate_audit_dropped_total", {"reason": "spool_full"}) is None
+    store.down = False
+    await asyncio.wait_for(writer.flushed(), timeout=30)
+    await writer.stop()
+    assert len(await stored(store)) == kept  # what the spool did keep reaches the store
+    await store.close()
