@@ -8,6 +8,9 @@
     GET    /bridges/{id}/graph          the saved graph (an empty one before the first save); ETag: its version
     PUT    /bridges/{id}/graph          validate (F8, C7: graph_checks.py) and save (F12); with If-Match: only
                                         over that version (S2); the answer carries the save's `warnings`
+    GET    /bridges/{id}/graph/versions the kept graph versions (the last 50 saves), newest first (C6)
+    GET    /bridges/{id}/graph/versions/{v}          one version's graph
+    POST   /bridges/{id}/graph/versions/{v}/restore  save that graph again as a new version (If-Match as PUT)
     GET    /connections                 the caller's connections (no secret references), each with its
                                         `health`: the last listing/call/test outcome in this process (C8)
     POST   /connections                 {id, owner?, endpoint, prefix?, authHeaderName?, authSecret?}
@@ -111,6 +114,11 @@ class BridgeApi:
             Route("/bridges/{bridge_id}", rendered(self.delete_bridge, self._scrub), methods=["DELETE"]),
             Route("/bridges/{bridge_id}/graph", rendered(self.get_graph, self._scrub), methods=["GET"]),
             Route("/bridges/{bridge_id}/graph", rendered(self.put_graph, self._scrub), methods=["PUT"]),
+            Route("/bridges/{bridge_id}/graph/versions", rendered(self.list_versions, self._scrub), methods=["GET"]),
+            Route("/bridges/{bridge_id}/graph/versions/{version:int}", rendered(self.get_version, self._scrub),
+                  methods=["GET"]),
+            Route("/bridges/{bridge_id}/graph/versions/{version:int}/restore", rendered(self.restore_version, self._scrub),
+                  methods=["POST"]),
             Route("/connections", rendered(self.list_connections, self._scrub), methods=["GET"]),
             Route("/connections", rendered(self.create_connection, self._scrub), methods=["POST"]),
             Route("/connections/{connection_id}", rendered(self.update_connection, self._scrub), methods=["PATCH"]),
@@ -229,6 +237,33 @@ class BridgeApi:
         graph, warnings = await self._checked(caller, bridge, data)
         return await self._save(caller, bridge, graph, warnings, expected, started)
 
+    async def list_versions(self, request: Request) -> Response:
+        """GET /bridges/{id}/graph/versions: every kept save, newest first, with its size."""
+        _, bridge = await self._bridge(request)
+        return JSONResponse({"data": [v.public() for v in await self._store.graph_versions(bridge.key)]})
+
+    async def _version(self, bridge: BridgeRecord, version: int) -> dict[str, Any]:
+        kept = await self._store.graph_version(bridge.key, version)
+        if kept is None:
+            raise NotFound(f"bridge {bridge.id} keeps no graph version {version}")
+        return kept.graph
+
+    async def get_version(self, request: Request) -> Response:
+        """GET /bridges/{id}/graph/versions/{v}: that version's graph, as it was saved."""
+        _, bridge = await self._bridge(request)
+        return JSONResponse(await self._version(bridge, request.path_params["version"]))
+
+    async def restore_version(self, request: Request) -> Response:
+        """POST /bridges/{id}/graph/versions/{v}/restore: save version v's graph again, as a new
+        version, after the rules a PUT checks (the connections may have changed since); If-Match
+        as on PUT. Answers like PUT: the graph, its warnings, its ETag."""
+        started = time.perf_counter()
+        caller, bridge = await self._bridge(request)
+        expected = _if_match(request.headers.get("if-match"))
+        version = request.path_params["version"]
+        graph, warnings = await self._checked(caller, bridge, await self._version(bridge, version))
+        return await self._save(caller, bridge, graph, warnings, expected, started, {"restoredFrom": version})
+
     async def _checked(self, caller: CallerScope, bridge: BridgeRecord, data: Any) -> tuple[Graph, list[GraphProblem]]:
         """The graph of `data` after every rule (F8, C7), with the warnings of its save (a connection
         that could not be listed); raises `GraphRejected` listing every problem."""
@@ -251,7 +286,7 @@ class BridgeApi:
 
     async def _save(
         self, caller: CallerScope, bridge: BridgeRecord, graph: Graph, warnings: list[GraphProblem], expected: int | None,
-        started: float,
+        started: float, audited: dict[str, Any] | None = None,
     ) -> Response:
         """Save a checked graph (over version `expected` when given), audit it, answer with it, its
         warnings and its ETag."""
@@ -264,7 +299,7 @@ class BridgeApi:
                 f"{_etag(exc.current)}"
             ) from None
         shape = {"owner": bridge.owner, "nodes": len(graph.nodes), "edges": len(graph.edges),
-                 "pipelines": [p.name for p in graph.pipelines]}
+                 "pipelines": [p.name for p in graph.pipelines], **(audited or {})}
         self._record(change_record(caller, "bridge.graph_save", bridge.id, shape, started))
         entries = [entry for w in warnings for entry in w.entries()]
         return JSONResponse({**graph.dump(), "warnings": entries}, headers={"etag": _etag(version)})

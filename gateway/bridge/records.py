@@ -172,3 +172,19 @@ class Health:
     def public(self) -> dict[str, Any]:
         """What `GET /connections` shows."""
         return {"ok": self.ok, "checkedAt": iso_utc(self.checked_at), "error": self.error}
+
+
+@dataclass(frozen=True)
+class GraphVersion:
+    """One saved graph of a bridge as its version list shows it (C6): no graph, its size only."""
+
+    version: int
+    saved_at: float
+    saved_by: str | None
+    nodes: int
+    edges: int
+
+    def public(self) -> dict[str, Any]:
+        """What `GET /bridges/{id}/graph/versions` shows."""
+        return {"version": self.version, "savedAt": iso_utc(self.saved_at), "savedBy": self.saved_by,
+                "nodes": self.nodes, "edges": self.edges}

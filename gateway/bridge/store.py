@@ -16,7 +16,9 @@ import pathlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, ItemKey, SavedGraph
+from gateway.bridge.records import (
+    AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, GraphVersion, ItemKey, SavedGraph,
+)
 from gateway.errors import Unavailable
 from gateway.secrets import SecretSet, resolve_secret
 
@@ -69,9 +71,16 @@ class BridgeStore(Protocol):
     ) -> int:
         """Replace the graph whole and return its new version (1 for the first save). With
         `expected_version` the save happens only if that version is the stored one (0: none saved
-        yet); otherwise `GraphConflict`."""
+        yet); otherwise `GraphConflict`. Every saved graph is kept as a version too (the last
+        `KEPT_VERSIONS`; C6), the one it replaces included."""
         ...
     async def saved_graph(self, bridge: ItemKey) -> SavedGraph | None: ...
+    async def graph_versions(self, bridge: ItemKey) -> list[GraphVersion]:
+        """The bridge's kept graph versions, newest first."""
+        ...
+    async def graph_version(self, bridge: ItemKey, version: int) -> SavedGraph | None:
+        """One kept version's graph (None: not kept, or never saved)."""
+        ...
     async def load_graph(self, bridge: ItemKey) -> dict[str, Any] | None: ...
     async def append_audit(self, records: Sequence[AuditRecord]) -> None: ...
     async def query_audit(self, query: AuditQuery) -> list[AuditRecord]: ...
@@ -104,6 +113,16 @@ def open_store(
     from gateway.bridge.store_sqlite import SqliteStore
 
     return SqliteStore(sqlite_path(database, base_dir))
+
+
+KEPT_VERSIONS = 50
+"""How many saved graphs a bridge keeps (C6): older versions are dropped at the next save."""
+
+
+def graph_counts(graph: dict[str, Any]) -> tuple[int, int]:
+    """A graph's node and edge counts (what its version list shows)."""
+    nodes, edges = graph.get("nodes"), graph.get("edges")
+    return (len(nodes) if isinstance(nodes, list) else 0, len(edges) if isinstance(edges, list) else 0)
 
 
 def bridge_from_row(row: Sequence[Any]) -> BridgeRecord:

@@ -33,9 +33,12 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, ItemKey, SavedGraph
+from gateway.bridge.records import (
+    AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, GraphVersion, ItemKey, SavedGraph,
+)
 from gateway.bridge.store import (
-    AUDIT_COLUMNS, AUDIT_WRITE_COLUMNS, GraphConflict, StoreUnavailable, audit_conditions, audit_from_row, audit_values, bridge_from_row,
+    AUDIT_COLUMNS, AUDIT_WRITE_COLUMNS, KEPT_VERSIONS, GraphConflict, StoreUnavailable, audit_conditions, audit_from_row,
+    audit_values, bridge_from_row, graph_counts,
 )
 
 log = logging.getLogger("toolgate.bridge.store")
@@ -95,13 +98,21 @@ CREATE INDEX audit_owner_ts ON audit (owner, ts);
 ALTER TABLE audit ADD COLUMN record_id TEXT;
 CREATE UNIQUE INDEX audit_record_id ON audit (record_id);
 """),
+    (5, """
+CREATE TABLE graph_versions (
+    bridge_owner TEXT NOT NULL, bridge_id TEXT NOT NULL, version INTEGER NOT NULL, graph TEXT NOT NULL,
+    saved_at DOUBLE PRECISION NOT NULL, saved_by TEXT, nodes INTEGER NOT NULL, edges INTEGER NOT NULL,
+    PRIMARY KEY (bridge_owner, bridge_id, version));
+REVOKE ALL ON graph_versions FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON graph_versions TO PUBLIC;
+"""),
 )
 """(version, SQL). Never edit a shipped step: add the next one. Step 2 makes ids per owner
 (tenancy.py): connections and bridges unique by (owner, id), a graph by its bridge's (owner, id)
 (ids were global before, so each graph takes the owner of the one bridge of its id). Step 3 gives an
 audit record the owner of the connection a change concerns (`AuditRecord.owner`). Step 4 gives a
 record its writer's id, unique (rows written before it have none), so a batch written twice is
-stored once (O4). The grants go to PUBLIC, i.e. every
+stored once (O4). Step 5 keeps every saved graph of a bridge (the last `KEPT_VERSIONS`, C6). The grants go to PUBLIC, i.e. every
 role that may connect to the database (docs/deploy.md: grant CONNECT to the gateway's role only)."""
 
 LATEST = MIGRATIONS[-1][0]
@@ -295,6 +306,13 @@ class PostgresStore:
                     )
                     await db.execute(f"DELETE FROM graphs WHERE bridge_id = $1 AND bridge_owner IN ({moved})",
                                      record.id, record.owner)
+                    await db.execute(  # its versions move with it, unless the new owner has versions of its own
+                        f"UPDATE graph_versions SET bridge_owner = $2 WHERE bridge_id = $1 AND bridge_owner IN ({moved})"
+                        " AND NOT EXISTS (SELECT 1 FROM graph_versions WHERE bridge_owner = $2 AND bridge_id = $1)",
+                        record.id, record.owner,
+                    )
+                    await db.execute(f"DELETE FROM graph_versions WHERE bridge_id = $1 AND bridge_owner IN ({moved})",
+                                     record.id, record.owner)
                     await db.execute("DELETE FROM bridges WHERE id = $1 AND source = 'config' AND owner <> $2",
                                      record.id, record.owner)
                 await db.execute(sql, *row)
@@ -319,6 +337,7 @@ class PostgresStore:
         async def delete(db: asyncpg.Connection) -> str:
             async with db.transaction():
                 await db.execute(f"DELETE FROM graphs WHERE {_GRAPH}", *key)
+                await db.execute(f"DELETE FROM graph_versions WHERE {_GRAPH}", *key)
                 return await db.execute("DELETE FROM bridges WHERE owner = $1 AND id = $2", *key)  # type: ignore[no-any-return]
 
         return _count(await self._run(delete)) > 0
@@ -327,29 +346,61 @@ class PostgresStore:
         self, bridge: ItemKey, graph: dict[str, Any], updated_at: float, saved_by: str | None = None,
         expected_version: int | None = None,
     ) -> int:
-        """Replace a bridge's graph whole in one statement; its new version (store.py). Two saves at
-        once based on the same version: the row lock orders them, and the second finds the version
-        moved on (READ COMMITTED re-reads the row) and is refused."""
-        args = (*bridge, json.dumps(graph), updated_at, saved_by)
-        insert = ("INSERT INTO graphs (bridge_owner, bridge_id, graph, updated_at, saved_by, version)"
-                  " VALUES ($1, $2, $3, $4, $5, 1) ON CONFLICT (bridge_owner, bridge_id)")
-        if expected_version is None:
-            sql = (
-                f"{insert} DO UPDATE SET graph = EXCLUDED.graph, updated_at = EXCLUDED.updated_at,"
-                " saved_by = EXCLUDED.saved_by, version = graphs.version + 1 RETURNING version"
-            )
-            return await self._run(lambda db: db.fetchval(sql, *args))  # type: ignore[no-any-return]
-        if expected_version == 0:
-            sql = f"{insert} DO NOTHING RETURNING version"
-            version = await self._run(lambda db: db.fetchval(sql, *args))
-        else:
-            sql = (f"UPDATE graphs SET graph = $3, updated_at = $4, saved_by = $5, version = version + 1"
-                   f" WHERE {_GRAPH} AND version = $6 RETURNING version")
-            version = await self._run(lambda db: db.fetchval(sql, *args, expected_version))
+        """Replace a bridge's graph whole, keeping it (and the graph it replaces) as versions, in one
+        transaction; its new version (store.py). Two saves at once: the stored row's lock (`FOR
+        UPDATE`) orders them, and the second reads the version the first wrote (a save based on
+        the old one is refused). Two first saves at once: the second finds the row the first
+        inserted and, without `expected_version`, saves over it."""
+        text = json.dumps(graph)
+        nodes, edges = graph_counts(graph)
+
+        async def save(db: asyncpg.Connection) -> int | None:
+            async with db.transaction():
+                row = await db.fetchrow(
+                    f"SELECT version, graph, updated_at, saved_by FROM graphs WHERE {_GRAPH} FOR UPDATE", *bridge)
+                current = row["version"] if row is not None else 0
+                if expected_version is not None and expected_version != current:
+                    raise GraphConflict(bridge, expected_version, current)
+                if row is not None:  # the graph replaced is kept (one saved before versions were kept has no row yet)
+                    old_nodes, old_edges = graph_counts(json.loads(row["graph"]))
+                    await db.execute(f"{_INSERT_VERSION} ON CONFLICT DO NOTHING", *bridge, current, row["graph"],
+                                     row["updated_at"], row["saved_by"], old_nodes, old_edges)
+                    await db.execute(f"UPDATE graphs SET graph = $3, updated_at = $4, saved_by = $5, version = $6"
+                                     f" WHERE {_GRAPH}", *bridge, text, updated_at, saved_by, current + 1)
+                else:
+                    inserted = await db.fetchval(
+                        "INSERT INTO graphs (bridge_owner, bridge_id, graph, updated_at, saved_by, version)"
+                        " VALUES ($1, $2, $3, $4, $5, 1) ON CONFLICT (bridge_owner, bridge_id) DO NOTHING RETURNING version",
+                        *bridge, text, updated_at, saved_by)
+                    if inserted is None:  # another first save won the race
+                        if expected_version is not None:
+                            raise GraphConflict(bridge, expected_version, 1)
+                        return None
+                await db.execute(f"{_INSERT_VERSION} ON CONFLICT (bridge_owner, bridge_id, version) DO UPDATE SET"
+                                 " graph = EXCLUDED.graph, saved_at = EXCLUDED.saved_at, saved_by = EXCLUDED.saved_by,"
+                                 " nodes = EXCLUDED.nodes, edges = EXCLUDED.edges",
+                                 *bridge, current + 1, text, updated_at, saved_by, nodes, edges)
+                await db.execute(f"DELETE FROM graph_versions WHERE {_GRAPH} AND version <= $3",
+                                 *bridge, current + 1 - KEPT_VERSIONS)
+                return current + 1
+
+        version = await self._run(save)
         if version is None:
-            current = await self._run(lambda db: db.fetchval(f"SELECT version FROM graphs WHERE {_GRAPH}", *bridge))
-            raise GraphConflict(bridge, expected_version, current or 0)
-        return version  # type: ignore[no-any-return]
+            version = await self._run(save)  # the row exists now: saved over it
+        assert version is not None
+        return version
+
+    async def graph_versions(self, bridge: ItemKey) -> list[GraphVersion]:
+        """The bridge's kept graph versions, newest first."""
+        sql = f"SELECT version, saved_at, saved_by, nodes, edges FROM graph_versions WHERE {_GRAPH} ORDER BY version DESC"
+        rows = await self._run(lambda db: db.fetch(sql, *bridge))
+        return [GraphVersion(*row) for row in rows]
+
+    async def graph_version(self, bridge: ItemKey, version: int) -> SavedGraph | None:
+        """One kept version's graph."""
+        sql = f"SELECT graph, version, saved_by FROM graph_versions WHERE {_GRAPH} AND version = $3"
+        row = await self._run(lambda db: db.fetchrow(sql, *bridge, version))
+        return SavedGraph(json.loads(row[0]), row[1], row[2]) if row is not None else None
 
     async def saved_graph(self, bridge: ItemKey) -> SavedGraph | None:
         """A bridge's graph with its version and editor, or None before the first save."""
@@ -389,6 +440,9 @@ class PostgresStore:
 
 
 _GRAPH = "bridge_owner = $1 AND bridge_id = $2"
+
+_INSERT_VERSION = ("INSERT INTO graph_versions (bridge_owner, bridge_id, version, graph, saved_at, saved_by, nodes, edges)"
+                   " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
 
 
 def _count(status: str) -> int:

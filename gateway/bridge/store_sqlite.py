@@ -13,9 +13,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, ItemKey, SavedGraph
+from gateway.bridge.records import (
+    AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, GraphVersion, ItemKey, SavedGraph,
+)
 from gateway.bridge.store import (
-    AUDIT_COLUMNS, AUDIT_WRITE_COLUMNS, GraphConflict, audit_conditions, audit_from_row, audit_values, bridge_from_row,
+    AUDIT_COLUMNS, AUDIT_WRITE_COLUMNS, KEPT_VERSIONS, GraphConflict, audit_conditions, audit_from_row, audit_values,
+    bridge_from_row, graph_counts,
 )
 
 T = TypeVar("T")
@@ -30,6 +33,14 @@ _TABLES = {
     bridge_id TEXT NOT NULL, graph TEXT NOT NULL, updated_at REAL NOT NULL, saved_by TEXT,
     version INTEGER NOT NULL DEFAULT 1, bridge_owner TEXT NOT NULL, PRIMARY KEY (bridge_owner, bridge_id))""",
 }
+
+_VERSIONS = """
+CREATE TABLE IF NOT EXISTS graph_versions (
+    bridge_owner TEXT NOT NULL, bridge_id TEXT NOT NULL, version INTEGER NOT NULL, graph TEXT NOT NULL,
+    saved_at REAL NOT NULL, saved_by TEXT, nodes INTEGER NOT NULL, edges INTEGER NOT NULL,
+    PRIMARY KEY (bridge_owner, bridge_id, version));
+"""
+"""Every saved graph of a bridge, the last `KEPT_VERSIONS` (C6)."""
 """Connections, bridges and graphs, unique by (owner, id) (tenancy.py: ids are per owner)."""
 
 _SCHEMA = "".join(f"CREATE TABLE IF NOT EXISTS {name} {columns};\n" for name, columns in _TABLES.items()) + """
@@ -86,6 +97,7 @@ class SqliteStore:
             _add_column(db, "audit", "record_id", "TEXT")  # before a record had an id (O4: written once)
             db.execute("CREATE UNIQUE INDEX IF NOT EXISTS audit_record_id ON audit (record_id)")
             _rekey(db)  # a store made when ids were global
+            db.executescript(_VERSIONS)  # after the rekey: a store made before graphs kept their versions
 
         await self._run(create)
 
@@ -161,6 +173,13 @@ class SqliteStore:
                     )
                     db.execute(f"DELETE FROM graphs WHERE bridge_id = ? AND bridge_owner IN ({_MOVED})",
                                (bridge_id, bridge_id, owner))
+                    db.execute(  # its versions move with it, unless the new owner has versions of its own
+                        f"UPDATE graph_versions SET bridge_owner = ? WHERE bridge_id = ? AND bridge_owner IN ({_MOVED})"
+                        " AND NOT EXISTS (SELECT 1 FROM graph_versions WHERE bridge_owner = ? AND bridge_id = ?)",
+                        (owner, bridge_id, bridge_id, owner, owner, bridge_id),
+                    )
+                    db.execute(f"DELETE FROM graph_versions WHERE bridge_id = ? AND bridge_owner IN ({_MOVED})",
+                               (bridge_id, bridge_id, owner))
                     db.execute("DELETE FROM bridges WHERE id = ? AND source = 'config' AND owner <> ?", (bridge_id, owner))
                 db.execute("INSERT OR REPLACE INTO bridges (id, owner, connections, source) VALUES (?, ?, ?, ?)", row)
 
@@ -183,6 +202,7 @@ class SqliteStore:
 
         def delete(db: sqlite3.Connection) -> int:
             db.execute("DELETE FROM graphs WHERE bridge_owner = ? AND bridge_id = ?", key)
+            db.execute("DELETE FROM graph_versions WHERE bridge_owner = ? AND bridge_id = ?", key)
             return db.execute("DELETE FROM bridges WHERE owner = ? AND id = ?", key).rowcount
 
         return await self._run(delete) > 0
@@ -193,19 +213,28 @@ class SqliteStore:
     ) -> int:
         """Replace a bridge's graph (validated by the caller) whole; its new version (store.py)."""
         text = json.dumps(graph)
+        nodes, edges = graph_counts(graph)
 
         def save(db: sqlite3.Connection) -> int:
             with db:
                 db.execute("BEGIN IMMEDIATE")  # the read and the write below are one step for other writers
-                rows = db.execute(f"SELECT version FROM graphs WHERE {_GRAPH}", bridge).fetchall()
+                rows = db.execute(f"SELECT version, graph, updated_at, saved_by FROM graphs WHERE {_GRAPH}", bridge).fetchall()
                 current = rows[0][0] if rows else 0
                 if expected_version is not None and expected_version != current:
                     raise GraphConflict(bridge, expected_version, current)
+                if rows:  # the graph replaced is kept (one saved before versions were kept has no row yet)
+                    old_nodes, old_edges = graph_counts(json.loads(rows[0][1]))
+                    db.execute(f"INSERT OR IGNORE INTO graph_versions {_VERSION_ROW}",
+                               (*bridge, current, rows[0][1], rows[0][2], rows[0][3], old_nodes, old_edges))
                 db.execute(
                     "INSERT OR REPLACE INTO graphs (bridge_owner, bridge_id, graph, updated_at, saved_by, version)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
                     (*bridge, text, updated_at, saved_by, current + 1),
                 )
+                db.execute(f"INSERT OR REPLACE INTO graph_versions {_VERSION_ROW}",
+                           (*bridge, current + 1, text, updated_at, saved_by, nodes, edges))
+                db.execute(f"DELETE FROM graph_versions WHERE {_GRAPH} AND version <= ?",
+                           (*bridge, current + 1 - KEPT_VERSIONS))
                 return current + 1
 
         return await self._run(save)
@@ -214,6 +243,18 @@ class SqliteStore:
         """A bridge's graph with its version and editor, or None before the first save."""
         sql = f"SELECT graph, version, saved_by FROM graphs WHERE {_GRAPH}"
         rows = await self._run(lambda db: db.execute(sql, bridge).fetchall())
+        return SavedGraph(json.loads(rows[0][0]), rows[0][1], rows[0][2]) if rows else None
+
+    async def graph_versions(self, bridge: ItemKey) -> list[GraphVersion]:
+        """The bridge's kept graph versions, newest first."""
+        sql = f"SELECT version, saved_at, saved_by, nodes, edges FROM graph_versions WHERE {_GRAPH} ORDER BY version DESC"
+        rows = await self._run(lambda db: db.execute(sql, bridge).fetchall())
+        return [GraphVersion(*row) for row in rows]
+
+    async def graph_version(self, bridge: ItemKey, version: int) -> SavedGraph | None:
+        """One kept version's graph."""
+        sql = f"SELECT graph, version, saved_by FROM graph_versions WHERE {_GRAPH} AND version = ?"
+        rows = await self._run(lambda db: db.execute(sql, (*bridge, version)).fetchall())
         return SavedGraph(json.loads(rows[0][0]), rows[0][1], rows[0][2]) if rows else None
 
     async def load_graph(self, bridge: ItemKey) -> dict[str, Any] | None:
@@ -255,6 +296,9 @@ _AUDIT_READ = ("seq", *AUDIT_COLUMNS)
 """Read by name: a store whose `owner` column was added later has it last, like a new one."""
 
 _GRAPH = "bridge_owner = ? AND bridge_id = ?"
+
+_VERSION_ROW = ("(bridge_owner, bridge_id, version, graph, saved_at, saved_by, nodes, edges)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
 
 
 def _marks(values: Sequence[str]) -> str:
