@@ -37,7 +37,7 @@ from gateway.bridge.gate import CallerGate
 from gateway.bridge.handlers import BridgeHandlers
 from gateway.bridge.offerings import Offerings
 from gateway.bridge.records import BridgeRecord, ConnectionRecord
-from gateway.bridge.store import BridgeStore, StoreUnavailable, open_store
+from gateway.bridge.store import BridgeStore, StoreUnavailable, is_postgres, open_store
 from gateway.bridge.upstream import Upstreams
 from gateway.bridge.sealing import Sealer
 from gateway.bridge.spool import AuditSpool
@@ -90,6 +90,9 @@ class BridgeService:
             result_bytes=config.limits.resultBytes,
         )
         spool = None
+        unspooled = unspooled_warning(config)
+        if unspooled is not None:
+            log.warning(unspooled)
         if config.auditSpool is not None:
             folder = pathlib.Path(config.auditSpool.path).expanduser()
             spool = AuditSpool(folder if folder.is_absolute() else base_dir / folder, config.auditSpool.maxBytes)
@@ -228,3 +231,13 @@ class BridgeService:
 def _not_ready(exc: StoreUnavailable) -> StoreUnavailable:
     """What the Bridge's routes and `/readyz/bridge` answer while its store was not reached yet."""
     return StoreUnavailable(f"the Bridge is not ready: {exc.message}")
+
+
+def unspooled_warning(config: BridgeConfig) -> str | None:
+    """What start-up says when the audit log can lose records in an outage: a PostgreSQL store
+    (a server that can be away while the gateway serves) without `bridge.auditSpool`."""
+    if config.auditSpool is not None or not is_postgres(config.database):
+        return None
+    return (f"bridge.auditSpool is not set: while PostgreSQL is unreachable, audit records beyond "
+            f"bridge.auditQueueSize ({config.auditQueueSize}) are dropped (toolgate_audit_dropped_total); set "
+            "bridge.auditSpool to keep them on local disk until it is back (docs/operations.md, \"The audit spool\")")

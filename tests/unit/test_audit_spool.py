@@ -307,3 +307,20 @@ async def test_records_a_full_disk_refuses_are_counted_as_unwritable_not_as_a_fu
     await writer.stop()
     assert len(await stored(store)) == kept  # what the spool did keep reaches the store
     await store.close()
+
+
+@pytest.mark.parametrize(("database", "spool", "warned"), [
+    ("postgresql://toolgate@db:5432/toolgate", None, True),
+    ("postgresql://toolgate@db:5432/toolgate", {"path": "/var/lib/toolgate/audit-spool"}, False),
+    ("bridge.db", None, False),  # SQLite: the store is a local file, never away while the gateway serves
+])
+def test_start_up_warns_when_a_postgresql_audit_log_has_no_spool(database, spool, warned) -> None:
+    # R: O4
+    from gateway.bridge.config import BridgeConfig
+    from gateway.bridge.service import unspooled_warning
+
+    config = BridgeConfig.model_validate({"enabled": True, "database": database, **({"auditSpool": spool} if spool else {})})
+    message = unspooled_warning(config)
+    assert (message is not None) == warned
+    if message is not None:
+        assert "bridge.auditSpool is not set" in message and "10000" in message
