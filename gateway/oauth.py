@@ -211,6 +211,13 @@ class ResourceServer:
         error = "invalid_token" if presented else None
         return Unauthorized(message, challenge=self.challenge(rpath, error, message if presented else None))
 
+    def invalid_token(self, message: str, path: str) -> Unauthorized:
+        """The 401 of an access token this edge refuses: code `invalid_token` (RFC 6750 §3.1), not
+        the API keys' `invalid_api_key`, so a client knows to get a new token."""
+        refused = self.refused(message, path, presented=True)
+        refused.code = "invalid_token"
+        return refused
+
     def audiences(self, rpath: str) -> list[str]:
         """What a token's `aud` may name to be used on `rpath`: the resource or one containing it."""
         accepted = [self.public_url, self.public_url + "/"]
@@ -232,12 +239,12 @@ class ResourceServer:
             claims = verify_jwt(token, key, algorithms=settings.algorithms, audience=self.audiences(rpath),
                                 issuer=settings.issuer, leeway=settings.leeway_seconds, require=("exp", "aud", "iss", "sub"))
         except jwt.PyJWTError as exc:
-            raise self.refused(f"invalid token: {type(exc).__name__}", path, presented=True) from None
+            raise self.invalid_token(f"invalid token: {type(exc).__name__}", path) from None
         except InvalidToken as exc:
             reason = str(exc)
             if reason == "InvalidAudienceError":
                 reason += f" (not issued for {self.resource_url(rpath)})"
-            raise self.refused(f"invalid token: {reason}", path, presented=True) from None
+            raise self.invalid_token(f"invalid token: {reason}", path) from None
         missing = [s for s in self.required_scopes(rpath) if s not in _scopes(claims)]
         if missing:
             message = f"the access token lacks the scope(s) {' '.join(missing)} required here"

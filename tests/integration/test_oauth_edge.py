@@ -162,12 +162,15 @@ async def test_tokens_for_v1_or_the_whole_gateway_and_api_keys_work_beside_each_
             v1_on_mcp = await http.get(f"{gw.url}/mcp", headers=bearer(for_v1))
             whole_chat = await http.post(f"{gw.url}/chat/completions", json=CHAT, headers=bearer(for_gateway))
             key_chat = await http.post(f"{gw.url}/v1/chat/completions", json=CHAT, headers=bearer(canary.ALICE_KEY))
+            wrong_key = await http.get(f"{gw.url}/v1/models", headers=bearer("not-a-known-key"))
         async with Client(streamable_http_client(f"{gw.url}/mcp/demo", http_client=httpx2.AsyncClient(headers=bearer(for_gateway)))) as alice:
             on_bridge = {tool.name for tool in (await alice.list_tools()).tools}
         async with Client(streamable_http_client(f"{gw.url}/mcp/demo", http_client=mcp_http("alice-key"))) as keyed:
             by_key = {tool.name for tool in (await keyed.list_tools()).tools}
     assert v1_chat.status_code == 200 and v1_models.status_code == 200
     assert v1_on_mcp.status_code == 401 and "InvalidAudienceError" in v1_on_mcp.json()["error"]["message"]
+    assert v1_on_mcp.json()["error"]["code"] == "invalid_token"  # R: F16 — a refused token (RFC 6750)
+    assert wrong_key.status_code == 401 and wrong_key.json()["error"]["code"] == "invalid_api_key"  # a key's: unchanged
     assert whole_chat.status_code == 200 and key_chat.status_code == 200
     assert "tools__echo" in on_bridge and on_bridge == by_key
     assert len(upstream.requests) == 3
@@ -244,10 +247,12 @@ async def test_expired_foreign_unsigned_and_none_tokens_get_401_with_the_metadat
         challenge = answer.headers["www-authenticate"]
         assert answer.status_code == 401, name
         assert reason in answer.json()["error"]["message"], (name, answer.json())
+        assert answer.json()["error"]["code"] == "invalid_token", name  # R: F16 (RFC 6750), not invalid_api_key
         assert challenge.startswith(f"Bearer {metadata_pointer(gw.url, '/mcp')}, error=\"invalid_token\""), (name, challenge)
     assert no_scope.status_code == 403 and no_scope.json()["error"]["code"] == "insufficient_scope"
     assert 'error="insufficient_scope"' in no_scope.headers["www-authenticate"] and 'scope="toolgate"' in no_scope.headers["www-authenticate"]
     assert on_v1.status_code == 401 and on_v1.json()["error"]["message"] == "invalid token: expired"
+    assert on_v1.json()["error"]["code"] == "invalid_token"
     assert f'{metadata_pointer(gw.url, "/v1")}, error="invalid_token"' in on_v1.headers["www-authenticate"]
     assert len(upstream.requests) == 0
 
