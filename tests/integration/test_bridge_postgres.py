@@ -68,7 +68,8 @@ def test_postgresql_down_at_start_ends_serve_with_a_clear_message_and_a_non_zero
                           cwd=ROOT, capture_output=True, text=True, timeout=60,
                           env={**os.environ, PASSWORD_ENV: PASSWORD})
     assert done.returncode != 0
-    lines = [line for line in (done.stdout + done.stderr).splitlines() if '"logger": "toolgate.bridge"' in line]
+    lines = [line for line in (done.stdout + done.stderr).splitlines()
+             if '"logger": "toolgate.bridge"' in line and '"level": "error"' in line]
     assert len(lines) == 1, done.stdout + done.stderr
     assert (f"the Bridge cannot start: bridge.database: cannot reach PostgreSQL at 127.0.0.1:{port}/toolgate: "
             "ConnectionRefusedError") in lines[0]
