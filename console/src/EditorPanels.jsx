@@ -222,7 +222,7 @@ export function Versions({ bridgeId, owner, current, onRestore }) {
           {versions.map((v) => (
             <tr key={v.version} data-version={v.version}>
               <td>{v.version}{v.version === current ? " (current)" : ""}</td>
-              <td>{v.savedAt ? localTime(new Date(v.savedAt)) : ""}</td><td>{v.savedBy}</td>
+              <td>{v.savedAt ? localTime(new Date(typeof v.savedAt === "number" ? v.savedAt * 1000 : v.savedAt)) : ""}</td><td>{v.savedBy}</td>
               <td>{v.nodes ?? "?"} nodes, {v.edges ?? "?"} edges</td>
               <td>
                 <button onClick={() => view(v.version)}>View</button>

@@ -96,9 +96,9 @@ def test_a_failed_run_marks_its_node_with_the_reason_and_the_try_panel_shows_eac
         "version": 1,
         "nodes": [
             {"id": "in1", "kind": "input", "outputs": ["text"], "position": {"x": 40, "y": 40}},
-            tool("t1", "tools", "echo", ["text", "prefix"], 280, 40),
-            tool("t2", "bad", "echo", ["text", "prefix"], 520, 40),
-            {"id": "out1", "kind": "output", "inputs": ["result"], "position": {"x": 760, "y": 40}},
+            tool("t1", "tools", "echo", ["text", "prefix"], 260, 40),
+            tool("t2", "bad", "echo", ["text", "prefix"], 480, 160),
+            {"id": "out1", "kind": "output", "inputs": ["result"], "position": {"x": 800, "y": 40}},
         ],
         "edges": [edge("e1", "in1", "text", "t1", "text"), edge("e2", "t1", "result", "t2", "text"),
                   edge("e3", "t2", "result", "out1", "result")],
@@ -343,7 +343,7 @@ def test_a_tool_node_lists_its_connections_tools_takes_typed_constants_and_a_pip
     page.fill("textarea[name=try-arguments]", '{"query": "hi"}')
     page.click("button:has-text('Run')")
     expect(page.get_by_test_id("try-result")).to_contain_text(">> hi")
-    screenshot(page, "editor")
+    screenshot(page, "editor-constants")
     assert violations == []
     alice.close()
 
@@ -418,5 +418,39 @@ def test_the_canvas_basics_are_reachable_by_keyboard(console: Console) -> None:
     page.keyboard.press("Delete")
     expect(node(page, "out1")).to_have_count(0)
     expect(page.locator(".react-flow__edge")).to_have_count(1)
+    assert violations == []
+    alice.close()
+
+
+def test_the_graphs_saved_versions_are_listed_viewed_and_one_is_restored(console: Console) -> None:
+    # R: C6
+    alice, page, violations = signed_in(console, "alice")
+    made(console, alice, page, SHOUT)  # version 1
+    open_editor(page, console)
+    page.click("button:has-text('+ merge')")
+    page.click("button:has-text('Save')")  # version 2
+    expect(page.get_by_role("status")).to_have_text("Saved.")
+    page.click("button:has-text('Versions')")
+    versions = page.get_by_test_id("versions")
+    expect(versions.locator("tbody tr")).to_have_count(2)
+    expect(versions.locator('tr[data-version="2"]')).to_contain_text("(current)")
+    expect(versions.locator('tr[data-version="2"]')).to_contain_text("4 nodes, 2 edges")
+    expect(versions.locator('tr[data-version="1"]')).to_contain_text("3 nodes, 2 edges")
+    versions.locator('tr[data-version="1"]').get_by_role("button", name="View").click()
+    viewed = page.get_by_test_id("version-view")
+    expect(viewed).to_contain_text("version 1")
+    expect(viewed.locator("pre")).to_contain_text('"id": "t1"')
+    expect(viewed.locator("pre")).not_to_contain_text('"m1"')
+    screenshot(page, "editor-versions")
+    versions.locator('tr[data-version="1"]').get_by_role("button", name="Restore").click()
+    expect(page.get_by_role("status")).to_contain_text("Restored version 1")
+    expect(node(page, "m1")).to_have_count(0)
+    expect(page.get_by_test_id("unsaved")).to_have_count(0)
+    assert [n["id"] for n in saved_graph(alice, console)["nodes"]] == ["in1", "t1", "out1"]
+    # the restore is itself a save: the newest version, and the one the editor now stands on
+    expect(versions.locator("tbody tr").first).to_contain_text("(current)")
+    page.click("button:has-text('+ output')")
+    page.click("button:has-text('Save')")
+    expect(page.get_by_role("status")).to_have_text("Saved.")
     assert violations == []
     alice.close()
