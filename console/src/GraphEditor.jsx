@@ -61,6 +61,14 @@ function BridgeNode({ id, data, selected }) {
 }
 const nodeTypes = { bridgeNode: BridgeNode };
 
+/** Where a new node goes: the first place of a 4-wide grid that no node stands on. */
+function freeSpot(nodes) {
+  for (let i = 0; ; i++) {
+    const spot = { x: 60 + (i % 4) * 230, y: 40 + Math.floor(i / 4) * 170 };
+    if (!nodes.some((n) => Math.abs(n.position.x - spot.x) < 200 && Math.abs(n.position.y - spot.y) < 130)) return spot;
+  }
+}
+
 /** The nodes of a run: the server's list, or (an older gateway) the one its text names as failed. */
 function runNodes(answer) {
   if (Array.isArray(answer?.nodes)) return answer.nodes;
@@ -200,7 +208,7 @@ function Editor({ bridgeId, owner }) {
 
   const addNode = (kind, extra = {}) => {
     const id = freshId(ID_PREFIX[kind], new Set(nodes.map((n) => n.id)));
-    const position = { x: 60 + (nodes.length % 4) * 230, y: 40 + Math.floor(nodes.length / 4) * 170 };
+    const position = freeSpot(nodes);
     const data = { kind, ...DEFAULT_PORTS[kind], problems: [], ...extra };
     if (kind === "tool" && !data.connectionId && bridge.connections.length === 1) data.connectionId = bridge.connections[0];
     setNodes([...nodes.map((n) => (n.selected ? { ...n, selected: false } : n)), { id, type: "bridgeNode", position, data, selected: true }]);
@@ -383,12 +391,12 @@ function Editor({ bridgeId, owner }) {
           </ReactFlow>
         </div>
         <div className="side">
+          {showVersions && <Versions bridgeId={bridge.id} owner={owner} current={etag ? Number(etag.replaceAll('"', "")) : 0} onRestore={restore} />}
           <Inspector node={selected} nodes={nodes} edges={edges} connections={bridge.connections} toolsOf={toolsOf}
             onData={changeSelected} onDelete={deleteSelected} onWire={wire} broken={selected ? brokenReason(selected, bridge, connections) : null} />
           <Pipelines pipelines={pipelines} setPipelines={setPipelines} nodes={nodes} problemsOf={(id) => problemMap.get(id) || []} infer={infer} />
           <TryPanel bridgeId={bridge.id} owner={owner} pipelines={bridge.pipelines.length ? pipelines.filter((p) => bridge.pipelines.includes(p.name)) : []}
             nodes={nodes} onRun={setLastRun} />
-          {showVersions && <Versions bridgeId={bridge.id} owner={owner} current={etag ? Number(etag.replaceAll('"', "")) : 0} onRestore={restore} />}
         </div>
       </div>
     </main>
