@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 import httpx
 from playwright.sync_api import Page, expect
 
-from tests.integration.test_console_browser import Console, console, signed_in  # noqa: F401 -- `console` is the fixture
+from tests.integration.test_console_browser import Console, confirming, console, signed_in  # noqa: F401 -- `console` is the fixture
 from tests.integration.test_console_editor import SHOUT, csrf_of, made, node, open_editor
 from tests.support import canary
 from tests.support.browser import screenshot
@@ -119,7 +119,7 @@ def test_the_console_serves_a_favicon_so_no_page_logs_a_404(console: Console) ->
 
 
 def test_a_connections_health_is_shown_and_test_lists_its_tools_and_calls_one(console: Console) -> None:
-    # R: C8
+    # R: C8, C9 (confirm before delete)
     alice, page, violations = signed_in(console, "alice")
     headers = {"x-csrf-token": csrf_of(page)}
     made(console, alice, page)
@@ -142,5 +142,16 @@ def test_a_connections_health_is_shown_and_test_lists_its_tools_and_calls_one(co
     down.get_by_role("button", name="Test").click()
     expect(panel.get_by_test_id("test-outcome")).to_contain_text("Failed:")
     expect(down.locator("td.health")).to_contain_text("failing:")
+
+    # deleting a bridge asks first, naming it and its endpoint (C9)
+    bridge = page.locator('[data-testid=bridges] tr[data-id="pipes"]')
+    with confirming(page, accept=False) as asked:
+        bridge.get_by_role("button", name="Delete").click()
+    assert asked == ["Delete bridge pipes (alice) and its graph? Its MCP endpoint /mcp/pipes goes away."]
+    expect(bridge).to_have_count(1)
+    with confirming(page):
+        bridge.get_by_role("button", name="Delete").click()
+    expect(bridge).to_have_count(0)
+    assert alice.request.get(console.url + "/bridges/pipes").status == 404
     assert violations == []
     alice.close()

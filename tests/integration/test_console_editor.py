@@ -343,6 +343,8 @@ def test_a_tool_node_lists_its_connections_tools_takes_typed_constants_and_a_pip
     page.fill("textarea[name=try-arguments]", '{"query": "hi"}')
     page.click("button:has-text('Run')")
     expect(page.get_by_test_id("try-result")).to_contain_text(">> hi")
+    node(page, "t1").click()  # its inspector: the tool, its arguments wired or constant
+    expect(page.get_by_test_id("constants")).to_be_visible()
     screenshot(page, "editor-constants")
     assert violations == []
     alice.close()
