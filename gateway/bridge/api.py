@@ -61,7 +61,7 @@ from gateway.bridge.records import AuditAction, AuditRecord, BridgeRecord, Conne
 from gateway.bridge.sealing import Sealer
 from gateway.bridge.store import BridgeStore, GraphConflict
 from gateway.bridge.tenancy import may_hold, named, visible_by_id
-from gateway.bridge.upstream import UpstreamCallFailed, Upstreams
+from gateway.bridge.upstream import Upstreams
 from gateway.bridge.validation import GraphInvalid, GraphProblem, parse_graph
 from gateway.egress import EgressPolicy
 from gateway.errors import BadRequest, Forbidden, NotFound
@@ -82,14 +82,14 @@ class BridgeApi:
         audit: AuditWriter | None = None,
         egress: EgressPolicy | None = None,
         sealer: Sealer | None = None,
-        federation: Federation | None = None,
-        gate: CallerGate | None = None,
+        federation: Federation,
+        gate: CallerGate,
     ) -> None:
         """`sealer` seals credentials written through the API; None: the API takes none.
         `federation`: how a save finds the bridge's connections and checks its tools against their
-        listings (C7); None: only that they are the bridge's. `gate`: the callers' outbound slots."""
+        listings (C7); `gate`: the callers' outbound slots, shared with the handlers (gate.py)."""
         self._federation = federation
-        self._gate = gate or CallerGate(self._limits_default_outbound(limits))
+        self._gate = gate
         self._sealer = sealer
         self._scrub = scrub
         self._store = store
@@ -99,10 +99,6 @@ class BridgeApi:
         self._limits = limits or BridgeLimits()
         self._audit = audit
         self._egress = egress or EgressPolicy()
-
-    @staticmethod
-    def _limits_default_outbound(limits: BridgeLimits | None) -> int:
-        return (limits or BridgeLimits()).outboundPerCaller
 
     def routes(self) -> list[BaseRoute]:
         """Starlette routes of the REST API."""
@@ -271,15 +267,10 @@ class BridgeApi:
             graph = parse_graph(data, self._limits)
         except GraphInvalid as exc:
             raise GraphRejected(exc) from None
-        usable: dict[str, ConnectionRecord] = {}
-        if self._federation is not None:
-            scope = CallerScope(caller.identity, caller.owners, bridge)
-            usable = {c.id: c for c in await self._federation.connections(scope, fresh=True)}
-        else:
-            usable = {c: ConnectionRecord(c, bridge.owner, "") for c in bridge.connections}
+        scope = CallerScope(caller.identity, caller.owners, bridge)
+        usable = {c.id: c for c in await self._federation.connections(scope, fresh=True)}
         with self._gate.caller(caller_key(caller.identity)):  # the listings count against the caller's slots
-            list_tools = self._upstreams.list_tools if self._federation is not None else _unlisted
-            checked = await check_tools(graph, bridge, usable, list_tools)
+            checked = await check_tools(graph, bridge, usable, self._upstreams.list_tools)
         if checked.problems:
             raise GraphRejected(GraphInvalid(checked.problems))
         return graph, checked.warnings
@@ -475,11 +466,6 @@ def change_record(caller: CallerScope, action: AuditAction, resource: str, args:
 
 def _health(health: Health | None) -> dict[str, Any] | None:
     return health.public() if health is not None else None
-
-
-async def _unlisted(conn: ConnectionRecord) -> list[Any]:
-    """No federation to list through: every connection's listing is unavailable (saved unchecked)."""
-    raise UpstreamCallFailed("not listed")
 
 
 def _etag(version: int) -> str:

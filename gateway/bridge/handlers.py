@@ -230,11 +230,9 @@ class BridgeHandlers:
 
 
     async def _missing(self, scope: CallerScope, connection_id: str) -> str:
-        """Why a tool node's connection is not there: deleted (none of that id in the bridge
-        owner's view), or not one of the bridge's (or not admitted by the allow-list)."""
-        owner = scope.bridge.owner if scope.bridge is not None else None
-        found = await self._store.find_connections((owner,), connection_id) if owner is not None else []
-        if not found:
+        """Why a tool node's connection is not there: deleted (none of that id among the caller's
+        owners), or not usable by the bridge (another owner's, or not admitted by the allow-list)."""
+        if not await self._store.find_connections(scope.owners, connection_id):
             return "connection deleted"
         return f"connection {connection_id} is not usable by this bridge"
 
