@@ -88,8 +88,8 @@ function ToolFields({ node, edges, connections, tools, toolsError, onData }) {
     </label>
     <label className="field"><span>tool</span>
       <select name="tool" value={data.tool || ""} onChange={(e) => chooseTool(e.target.value)}>
-        {(!data.tool || !tools) && <option value="">{placeholder}</option>}
-        {data.tool && tools && !tool && <option value={data.tool}>{data.tool} (not offered by {data.connectionId})</option>}
+        {!data.tool && <option value="">{placeholder}</option>}
+        {data.tool && !tool && <option value={data.tool}>{tools ? `${data.tool} (not offered by ${data.connectionId})` : data.tool}</option>}
         {listed.map((t) => <option key={t.name} value={t.name}>{t.name}</option>)}
       </select>
     </label>

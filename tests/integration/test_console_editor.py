@@ -149,6 +149,16 @@ def test_a_failed_run_marks_its_node_with_the_reason_and_the_try_panel_shows_eac
     expect(node(page, "t2").locator(".bridge-node")).to_have_class(re_class("broken"))
     expect(node(page, "t2").locator(".broken-note")).to_have_text("connection bad was deleted")
     expect(node(page, "t1").locator(".bridge-node")).not_to_have_class(re_class("broken"))
+
+    # the audit record of a failed run carries its reason, shown in Audit Logs
+    page.click("a:has-text('Audit Logs')")
+    page.fill("input[name=action]", "mcp.pipeline_call")
+    page.select_option("select[name=status]", "failure")
+    page.click("button:has-text('Filter')")
+    rows = page.locator("[data-testid=audit] tbody tr")
+    expect(rows).to_have_count(3)
+    expect(rows.nth(2).locator("td.reason")).to_have_text(
+        "node t2 (echo) failed: Error executing tool echo: missing or wrong credential")
     assert violations == []
     alice.close()
 
