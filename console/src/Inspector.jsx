@@ -94,6 +94,11 @@ function ToolFields({ node, edges, connections, tools, toolsError, onData }) {
       </select>
     </label>
     {toolsError && <p className="error" role="alert">{toolsError}</p>}
+    {toolsError && (  // the server cannot be asked now: the tool may still be named by hand
+      <label className="field"><span>tool name (typed: its tools could not be listed)</span>
+        <input name="tool-name" value={data.tool || ""} onChange={(e) => onData({ tool: e.target.value || undefined })} />
+      </label>
+    )}
     {tool?.description && <p className="hint">{tool.description}</p>}
     {Object.keys(properties).length > 0 && (
       <fieldset className="constants" data-testid="constants"><legend>arguments (wired, or a constant)</legend>
@@ -145,7 +150,7 @@ export function Inspector({ node, nodes, edges, connections, toolsOf, onData, on
     setTools(null); setToolsError(null);
     if (!connectionId) return undefined;
     let live = true;
-    toolsOf(connectionId).then((t) => live && setTools(t), (e) => live && setToolsError(`connection ${connectionId}: ${e.message}`));
+    toolsOf(connectionId).then((t) => live && setTools(t), (e) => live && setToolsError(e.message));
     return () => { live = false; };
   }, [connectionId, toolsOf]);
   if (!node) {

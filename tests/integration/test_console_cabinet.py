@@ -6,6 +6,7 @@ gateway, issuer, tool server and chromium as test_console_browser.py (its fixtur
 from __future__ import annotations
 
 import datetime
+import re
 from zoneinfo import ZoneInfo
 
 import httpx
@@ -142,6 +143,21 @@ def test_a_connections_health_is_shown_and_test_lists_its_tools_and_calls_one(co
     down.get_by_role("button", name="Test").click()
     expect(panel.get_by_test_id("test-outcome")).to_contain_text("Failed:")
     expect(down.locator("td.health")).to_contain_text("failing:")
+
+    # a bridge over the failing connection: its tool node is greyed in the editor, and a save
+    # (the connection cannot be asked for its tools) goes through with a warning on the node
+    assert alice.request.post(console.url + "/bridges", headers=headers, data={"id": "viadown", "connections": ["down"]}).status == 201
+    page.goto(console.url + "/console#/bridges/viadown")
+    page.click("button:has-text('+ tool')")
+    expect(node(page, "t1").locator(".bridge-node")).to_have_class(re.compile(r"\bbroken\b"))
+    expect(node(page, "t1").locator(".broken-note")).to_contain_text("connection down is failing:")
+    expect(page.get_by_test_id("inspector").get_by_role("alert").first).to_contain_text("connection down is failing:")
+    expect(page.locator("select[name=tool] option").first).to_have_text("(its tools could not be listed)")
+    page.fill("input[name=tool-name]", "echo")  # named by hand
+    page.click("button:has-text('Save')")
+    expect(page.get_by_role("status")).to_contain_text("Saved, with warnings:")
+    expect(node(page, "t1").locator(".warning")).not_to_have_count(0)
+    page.goto(console.url + "/console#/connections")
 
     # deleting a bridge asks first, naming it and its endpoint (C9)
     bridge = page.locator('[data-testid=bridges] tr[data-id="pipes"]')
