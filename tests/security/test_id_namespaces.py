@@ -103,7 +103,8 @@ async def test_another_tenants_id_is_free_to_take_and_each_sees_only_their_own(w
     assert (await world.call("bob", "DELETE", "/connections/gh")).status_code == 404
     assert [c["owner"] for c in (await world.call("alice", "GET", "/connections")).json()["data"]] == ["alice"]
     assert (await world.call("alice", "POST", "/bridges", {"id": "b1", "connections": ["gh"]})).status_code == 201
-    assert (await world.call("bob", "POST", "/bridges", {"id": "b1", "connections": []})).status_code == 201
+    assert (await world.connection("bob", "b")).status_code == 201  # a bridge needs a connection (C7)
+    assert (await world.call("bob", "POST", "/bridges", {"id": "b1", "connections": ["gh"]})).status_code == 201
     for who in ("alice", "bob"):
         got = await world.call(who, "GET", "/bridges/b1")
         assert (got.json()["owner"], got.json()["mcpPath"]) == (who, "/mcp/b1")
@@ -122,10 +123,10 @@ async def test_a_create_is_refused_only_for_an_id_the_creator_sees(world: World)
     assert (await world.connection("carol", "b", owner="org:acme")).status_code == 201, "carol cannot see alice's"
     assert (await world.connection("carol", "b")).status_code == 409, "carol sees the org's `gh`"
     assert (await world.connection("bob", "b")).status_code == 201
-    assert (await world.call("alice", "POST", "/bridges", {"id": "b1", "connections": []})).status_code == 201
-    assert (await world.call("alice", "POST", "/bridges", {"id": "b1", "connections": []})).status_code == 409
-    assert (await world.call("carol", "POST", "/bridges", {"id": "b1", "owner": "org:acme", "connections": []})).status_code == 201
-    assert (await world.call("bob", "POST", "/bridges", {"id": "b1", "connections": []})).status_code == 201
+    assert (await world.call("alice", "POST", "/bridges", {"id": "b1", "connections": ["gh"]})).status_code == 201
+    assert (await world.call("alice", "POST", "/bridges", {"id": "b1", "connections": ["gh"]})).status_code == 409
+    assert (await world.call("carol", "POST", "/bridges", {"id": "b1", "owner": "org:acme", "connections": ["gh"]})).status_code == 201
+    assert (await world.call("bob", "POST", "/bridges", {"id": "b1", "connections": ["gh"]})).status_code == 201
 
 
 async def test_each_tenants_gh_reaches_its_own_server_and_never_shares_a_pooled_session(world: World) -> None:
@@ -200,8 +201,10 @@ async def test_a_members_own_item_shadows_the_orgs_and_an_org_bridge_holds_only_
 
 async def test_a_bridge_session_is_bound_to_the_bridge_not_to_the_id_it_was_opened_under(world: World) -> None:
     # R: F2, G4 (alice's `b1` deleted, the org's `b1` now answers to that id: her session does not move)
-    assert (await world.call("alice", "POST", "/bridges", {"id": "b1", "connections": []})).status_code == 201
-    assert (await world.call("carol", "POST", "/bridges", {"id": "b1", "owner": "org:acme", "connections": []})).status_code == 201
+    assert (await world.connection("alice", "a")).status_code == 201  # a bridge needs a connection (C7)
+    assert (await world.connection("carol", "b", owner="org:acme")).status_code == 201
+    assert (await world.call("alice", "POST", "/bridges", {"id": "b1", "connections": ["gh"]})).status_code == 201
+    assert (await world.call("carol", "POST", "/bridges", {"id": "b1", "owner": "org:acme", "connections": ["gh"]})).status_code == 201
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}

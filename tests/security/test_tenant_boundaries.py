@@ -124,7 +124,11 @@ async def test_an_org_bridge_stored_before_the_rule_never_lends_a_personal_conne
     assert "shared__echo" in names and not any(n.startswith("personal__") for n in names)
     async with http("carol") as client:
         saved = await client.put(f"{world.url}/bridges/old-org-bridge/graph", json=deputy_graph())
-    assert saved.status_code == 200  # the graph names a connection of the bridge's list...
+    assert saved.status_code == 400  # R: C7 — the graph names a connection of the bridge's list the bridge cannot use
+    assert [(e["node"], 'connection "personal" does not exist or cannot be used' in e["message"])
+            for e in saved.json()["error"]["errors"]] == [("t1", True)]
+    # ...and stored anyway (by an older version, or in the database), a run never reaches it
+    await world.app.service.store.save_graph(("org:acme", "old-org-bridge"), deputy_graph(), 0.0, "carol")
     echoes = world.tools.count("echo")
     async with mcp(world, "alice", "/mcp/old-org-bridge") as client:
         result = await client.call_tool("whoami", {"text": "hi"})
