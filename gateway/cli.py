@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway import __version__
-from gateway.config import Config, is_loopback, load_checked, remote_without_auth
+from gateway.config import Config, is_loopback, load_checked, load_config, remote_without_auth
 
 log = logging.getLogger("toolgate.serve")
 
@@ -96,16 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
     schema.set_defaults(func=_schema)
 
     for register in _registrars():
-        register(sub)
+        register(sub, load_config)
     return parser
 
 
-def _registrars() -> list[Callable[[Any], None]]:
+def _registrars() -> list[Callable[[Any, Callable[[str], Any]], None]]:
     """The sub-command groups of the plugins (declared in their specs) and the Bridge."""
     from gateway.bridge.cli import register as register_bridge
     from gateway.registry import REGISTRY
 
-    return [spec.commands for spec in REGISTRY.values() if spec.commands is not None] + [register_bridge]
+    return [spec.commands for spec in REGISTRY.values() if spec.commands is not None] + [
+        lambda sub, _load: register_bridge(sub)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -404,8 +404,9 @@ def remote_without_auth(host: str) -> str:
             "server.allow_remote_without_auth: true to serve it anyway")
 
 
-class ConfigError(Exception):
-    """A config that cannot be served; `problems` holds one line per problem."""
+class ConfigError(ValueError):
+    """A config that cannot be served; `problems` holds one line per problem (its text: one per line).
+    A ValueError, so plugin commands handed `load_config` catch it without importing this module."""
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))

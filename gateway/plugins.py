@@ -175,8 +175,11 @@ class PluginSpec:
     type: str
     config: builtins.type[BaseModel]  # `type` is the YAML key's name here, so the builtin is spelt out
     factory: Callable[[Any], "Plugin"]
-    commands: Callable[[Any], None] | None = None
-    """Adds the plugin's `toolgate` sub-commands to the CLI's sub-parsers (imported lazily)."""
+    commands: Callable[[Any, Callable[[str], Any]], None] | None = None
+    """Adds the plugin's `toolgate` sub-commands to the CLI's sub-parsers (imported lazily). Called
+    with the sub-parsers and the gateway's config loader (`gateway.config.load_config`: a path in,
+    the validated config out, a ValueError listing the problems otherwise), so a plugin never
+    imports gateway.config, which imports the plugins' specs."""
 
 
 class Plugin:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +31,18 @@ class CliError(Exception):
     """A problem reported to the user as one line on stderr."""
 
 
-def guard_config(path: str | None, route: str | None) -> tuple[PromptGuardConfig, Path | None]:
+def guard_config(path: str | None, route: str | None,
+                 load_config: Callable[[str], Any]) -> tuple[PromptGuardConfig, Path | None]:
     """The guard settings to evaluate (defaults, or the first prompt_guard node of a config)
     and the folder relative paths in them are read from."""
     if path is None:
         if route is not None:
             raise CliError("--route needs --config")
         return PromptGuardConfig(type="prompt_guard"), None
-    from gateway.config import ConfigError, load_config
-
     try:
         config = load_config(path)
-    except ConfigError as exc:
-        raise CliError("\n".join(exc.problems)) from None
+    except ValueError as exc:  # gateway.config.ConfigError: one line per problem
+        raise CliError(str(exc)) from None
     routes = [r for r in config.routes if route is None or r.model == route]
     if not routes:
         raise CliError(f"{path}: no route with model {route!r}")
@@ -60,7 +59,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from plugins.prompt_guard.plugin import build_guard
 
     try:
-        config, base_dir = guard_config(args.config, args.route)
+        config, base_dir = guard_config(args.config, args.route, args.load_config)
         guard = build_guard(config, base_dir)
         rows = load_rows(args.file)
     except (CliError, EvalInputError, RulePackError, ModelError) as exc:
@@ -91,8 +90,8 @@ def _neural(guard: Any) -> str | None:
     return None if detector is None else f"{detector.source} (threshold {detector.threshold:.3f})"
 
 
-def register(subparsers: Any) -> None:
-    """Add `guard eval` to the top-level `toolgate` sub-parsers."""
+def register(subparsers: Any, load_config: Callable[[str], Any]) -> None:
+    """Add `guard eval` to the top-level `toolgate` sub-parsers (`load_config`: the gateway's)."""
     guard = subparsers.add_parser("guard", help="prompt_guard tools")
     commands = guard.add_subparsers(dest="guard_command", required=True)
     ev = commands.add_parser("eval", help="score a labelled JSONL file: precision, recall, FPR, misses")
@@ -101,13 +100,16 @@ def register(subparsers: Any) -> None:
     ev.add_argument("--route", help="with --config: take the prompt_guard node of this route (model name)")
     ev.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     ev.add_argument("--predictions", metavar="OUT.jsonl", help="write one verdict per input row, in order")
-    ev.set_defaults(func=run_eval)
+    ev.set_defaults(func=run_eval, load_config=load_config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry (`python -m plugins.prompt_guard.cli guard eval …`)."""
+    """Stand-alone entry (`python -m plugins.prompt_guard.cli guard eval …`): the one place this
+    module reaches for the gateway's config loader itself (the gateway never imports it from here)."""
+    from gateway.config import load_config
+
     parser = argparse.ArgumentParser(prog="toolgate")
-    register(parser.add_subparsers(dest="command", required=True))
+    register(parser.add_subparsers(dest="command", required=True), load_config)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gateway.plugins import Plugin, PluginSpec
@@ -14,10 +15,10 @@ def _build(config: PromptGuardConfig) -> Plugin:
     return PromptGuardPlugin(config)
 
 
-def _commands(sub: Any) -> None:
+def _commands(sub: Any, load_config: Callable[[str], Any]) -> None:
     from plugins.prompt_guard.cli import register
 
-    register(sub)
+    register(sub, load_config)
 
 
 SPEC = PluginSpec(type="prompt_guard", config=PromptGuardConfig, factory=_build, commands=_commands)
