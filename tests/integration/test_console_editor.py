@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp import Client
+from mcp.server import MCPServer
 from mcp.client.streamable_http import streamable_http_client
 from playwright.sync_api import BrowserContext, Page, expect
 
@@ -22,6 +23,7 @@ from tests.integration.test_console_browser import (  # noqa: F401 -- `console` 
 from tests.support import canary
 from tests.support.bridge_servers import mcp_http
 from tests.support.browser import screenshot
+from tests.support.http_server import serve
 
 
 def csrf_of(page: Page) -> str:
@@ -464,5 +466,64 @@ def test_the_graphs_saved_versions_are_listed_viewed_and_one_is_restored(console
     page.click("button:has-text('+ output')")
     page.click("button:has-text('Save')")
     expect(page.get_by_role("status")).to_have_text("Saved.")
+    assert violations == []
+    alice.close()
+
+
+def typed_tool_server() -> Any:
+    """An MCP server with one tool whose arguments are of each JSON type the inspector edits."""
+    server = MCPServer("typed-tools")
+
+    @server.tool()
+    async def repeat(text: str, times: int, shout: bool, tags: list[str]) -> str:
+        said = " ".join([text.upper() if shout else text] * times)
+        return f"{said} #{'#'.join(tags)}"
+
+    return server.streamable_http_app()
+
+
+def test_constants_are_typed_from_the_tools_schema_a_number_a_boolean_and_json(console: Console) -> None:
+    # R: C7 -- `repeat(text: str, times: int, shout: bool, tags: list[str])` on a second real MCP server
+    alice, page, violations = signed_in(console, "alice")
+    headers = {"x-csrf-token": csrf_of(page)}
+    with serve(typed_tool_server()) as typed:
+        assert alice.request.post(console.url + "/connections", headers=headers,
+                                  data={"id": "typed", "endpoint": typed.url + "/mcp"}).status == 201
+        assert alice.request.post(console.url + "/bridges", headers=headers,
+                                  data={"id": "pipes", "connections": ["typed"]}).status == 201
+        open_editor(page, console)
+        page.fill("input[name=palette]", "input")
+        page.keyboard.press("Enter")
+        page.fill("input[name=palette]", "repeat")
+        expect(page.get_by_role("option", name="typed / repeat")).to_be_visible()
+        page.keyboard.press("Enter")
+        expect(node(page, "t1")).to_contain_text("repeat")
+        constants = page.get_by_test_id("constants")
+        expect(constants).to_contain_text("times * integer")
+        expect(constants).to_contain_text("shout * boolean")
+        expect(constants).to_contain_text("tags * array")
+        expect(page.locator("input[name=const-times]")).to_have_attribute("type", "number")
+        page.fill("input[name=const-times]", "3")
+        page.select_option("select[name=const-shout]", "true")
+        page.fill("textarea[name=const-tags]", '["a", "b"')  # not JSON: refused, nothing set
+        page.keyboard.press("Tab")
+        expect(constants.get_by_role("alert")).to_contain_text("not JSON")
+        page.fill("textarea[name=const-tags]", '["a", "b"]')
+        page.keyboard.press("Tab")
+        expect(constants.get_by_role("alert")).to_have_count(0)
+        page.select_option("select[name=wire-text]", "in1.query")
+        page.fill("input[name=palette]", "output")
+        page.keyboard.press("Enter")
+        page.select_option("select[name=wire-result]", "t1.result")
+        page.click("button:has-text('Add pipeline')")
+        page.fill("input[name=pipeline-name-0]", "loud")
+        page.click("button:has-text('Save')")
+        expect(page.get_by_role("status")).to_have_text("Saved.")
+        t1 = next(n for n in saved_graph(alice, console)["nodes"] if n["id"] == "t1")
+        assert t1["config"] == {"times": 3, "shout": True, "tags": ["a", "b"]}
+        expect(node(page, "t1").locator(".constants-shown")).to_have_text('times = 3, shout = true, tags = ["a","b"]')
+        page.fill("textarea[name=try-arguments]", '{"query": "hi"}')
+        page.click("button:has-text('Run')")
+        expect(page.get_by_test_id("try-result")).to_contain_text("HI HI HI #a#b")
     assert violations == []
     alice.close()
