@@ -38,11 +38,14 @@ class ConnectionConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(pattern=r"^[a-zA-Z][a-zA-Z0-9_-]{0,31}$")
-    owner: Owner
-    endpoint: str = Field(pattern=r"^https?://")
-    authHeaderName: str | None = None
-    authSecret: SecretRef | None = None
+    id: str = Field(pattern=r"^[a-zA-Z][a-zA-Z0-9_-]{0,31}$",
+                    description="the connection's id: a letter, then up to 31 letters, digits, _ or - (never __)")
+    owner: Owner = Field(description="who owns it: a user id (alice) or an org (org:acme)")
+    endpoint: str = Field(pattern=r"^https?://", description="the MCP server's Streamable HTTP URL (http:// or https://)")
+    authHeaderName: str | None = Field(
+        default=None, description="the header the credential is sent in (with authSecret: nothing is sent without both)")
+    authSecret: SecretRef | None = Field(
+        default=None, description="that header's whole value (e.g. Bearer <token>), by reference (env:NAME or file:PATH)")
     prefix: str | None = Field(
         default=None,
         description="what its tools are listed under (<prefix>__<tool>); default its id; '' lists them as they are "
@@ -83,9 +86,10 @@ class BridgeDecl(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$")
-    owner: Owner
-    connections: list[str] = Field(default_factory=list)
+    id: str = Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$",
+                    description="the bridge's id, served at /mcp/<id>: a letter or digit, then up to 63 letters, digits, _ or -")
+    owner: Owner = Field(description="who owns it: a user id (alice) or an org (org:acme)")
+    connections: list[str] = Field(default_factory=list, description="the ids of the connections whose tools it federates")
 
 
 class AuditSpoolConfig(BaseModel):
@@ -110,7 +114,7 @@ class BridgeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
+    enabled: bool = Field(default=True, description="serve the Bridge (/mcp, its REST API and the console)")
     database: str = Field(
         default="./toolgate.db",
         description="a SQLite file (a path, ':memory:' or sqlite:///path) or postgresql://user@host:port/db "
@@ -120,8 +124,10 @@ class BridgeConfig(BaseModel):
         default=None, description="the PostgreSQL role's password, by reference (env:NAME or file:PATH)"
     )
     databasePoolSize: int = Field(default=10, ge=1, le=200, description="PostgreSQL connections per replica at most")
-    connections: list[ConnectionConfig] = Field(default_factory=list)
-    bridges: list[BridgeDecl] = Field(default_factory=list)
+    connections: list[ConnectionConfig] = Field(
+        default_factory=list, description="connections declared in the config (users add more through the API and console)")
+    bridges: list[BridgeDecl] = Field(
+        default_factory=list, description="bridges declared in the config (users add more through the API and console)")
     auditQueueSize: int = Field(
         default=10_000, ge=1, description="records waiting to be written; beyond: to the spool if there is one, else dropped"
     )
