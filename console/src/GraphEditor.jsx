@@ -120,8 +120,9 @@ function Editor({ bridgeId, owner }) {
     setFit(loaded.nodes.length > 0);
     setNodes(loaded.nodes); setEdges(loaded.edges); setPipelines(loaded.pipelines);
     setEtag(tag);
-    setSavedJson(canon(fromFlow(loaded.nodes, loaded.edges, loaded.pipelines)));
-    history.current = { past: [], future: [], committed: null, applying: false };
+    const json = canon(fromFlow(loaded.nodes, loaded.edges, loaded.pipelines));
+    setSavedJson(json);
+    history.current = { past: [], future: [], committed: json, applying: false };  // the first step starts here
     setHistoryTick((n) => n + 1);
     setProblems([]); setProblemMap(new Map()); setConflict(null); setLastRun(null);
   }, [setNodes, setEdges]);
