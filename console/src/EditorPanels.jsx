@@ -136,7 +136,7 @@ function RunHistory({ runs }) {
             <span>{localTime(new Date(r.at))}</span> {r.isError ? "failed" : "ok"} {r.durationMs !== undefined ? `${Math.round(r.durationMs)} ms` : ""}
             {r.caller ? ` · ${r.caller}` : ""}
             {r.reason && <div className="reason">{r.reason}</div>}
-            <div className="hint">{(r.nodes || []).map((n) => `${n.id}: ${n.status}`).join(", ")}</div>
+            <div className="hint">{(r.nodes || []).map((n) => `${n.id}: ${n.status}${typeof n.durationMs === "number" ? ` ${Math.round(n.durationMs)} ms` : ""}`).join(", ")}</div>
           </li>
         ))}
       </ul>
