@@ -25,7 +25,7 @@ function TypedInputs({ pipeline, ports, onChange, infer, index }) {
     setNote(null);
     try {
       const found = await infer(pipeline.name);
-      if (found === null) { setNote("types cannot be inferred by this gateway"); return; }
+      if (found === null) { setNote("nothing to infer from yet: save the pipeline first"); return; }
       const next = { ...inputs };
       for (const [port, schema] of Object.entries(found)) if (ports.includes(port) && Object.keys(schema || {}).length) next[port] = schema;
       onChange({ inputs: Object.keys(next).length ? next : undefined });
@@ -33,7 +33,9 @@ function TypedInputs({ pipeline, ports, onChange, infer, index }) {
     } catch (e) { setNote(e.message); }
   };
   return (
-    <details className="typed-inputs">
+    <details className="typed-inputs" onToggle={(e) => {  // opened with no types yet: prefilled from the wiring
+      if (e.currentTarget.open && !pipeline.inputs && pipeline.name) inferNow();
+    }}>
       <summary>inputs: {ports.map((p) => `${p}${inputs[p]?.type ? `: ${inputs[p].type}` : ""}${required.has(p) ? " *" : ""}`).join(", ") || "none"}</summary>
       {ports.map((port) => (
         <div className="typed-input" key={port}>

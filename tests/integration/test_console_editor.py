@@ -329,12 +329,13 @@ def test_a_tool_node_lists_its_connections_tools_takes_typed_constants_and_a_pip
     page.fill("input[name=pipeline-description-0]", "Echo a text with a prefix")
     page.click("button:has-text('Save')")
     expect(page.get_by_role("status")).to_have_text("Saved.")
-    # its input's type inferred from the wiring (query feeds echo's text: a string), then edited
+    # its input's type prefilled from the wiring when opened (query feeds echo's text: a string), editable
     page.locator(".typed-inputs summary").click()
-    page.click("button:has-text('Infer types')")
     expect(page.locator("select[name=pipeline-type-0-query]")).to_have_value("string")
+    expect(page.get_by_test_id("infer-note")).to_have_text("inferred from the wiring: query (editable)")
     page.select_option("select[name=pipeline-type-0-query]", "integer")
-    page.select_option("select[name=pipeline-type-0-query]", "string")
+    page.click("button:has-text('Infer types')")  # asked again: back to what the wiring says
+    expect(page.locator("select[name=pipeline-type-0-query]")).to_have_value("string")
     page.check("input[name=pipeline-required-0-query]")
     page.click("button:has-text('Save')")
     expect(page.get_by_role("status")).to_have_text("Saved.")
