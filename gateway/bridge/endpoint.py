@@ -29,6 +29,7 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway.api.body import read_body
 from gateway.bridge.api_support import MAX_BODY_BYTES, addressed, visible_bridge
 from gateway.bridge.audit_args import Scrub
+from gateway.bridge.fast_path import LeanRelay
 from gateway.bridge.federation import CallerScope, owners_of
 from gateway.bridge.handlers import BridgeHandlers
 from gateway.bridge.limits import BridgeLimits
@@ -52,6 +53,9 @@ ANNOUNCED: ContextVar[frozenset[str] | None] = ContextVar("toolgate_bridge_annou
 
 class BridgeServer(Server[Any]):
     """The SDK server announcing, per caller, only what the caller's connections have (F13)."""
+
+    lean: LeanRelay | None = None
+    """The lean relay serving this server's hot 2026-07-28 requests without the SDK (fast_path.py)."""
 
     def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
         capabilities = super().get_capabilities(*args, **kwargs)
@@ -107,7 +111,7 @@ def build_server(handlers: BridgeHandlers, offerings: Offerings) -> Server[Any]:
 
     with warnings.catch_warnings():  # logging and subscriptions are deprecated as of 2026-07-28, still relayed before
         warnings.simplefilter("ignore")
-        return BridgeServer(
+        server = BridgeServer(
             "toolgate-bridge",
             version="0.1.0",
             instructions="Tools, resources and prompts of your MCP connections (<prefix>__<name>) and, per bridge, its pipelines.",
@@ -125,6 +129,8 @@ def build_server(handlers: BridgeHandlers, offerings: Offerings) -> Server[Any]:
             on_subscribe_resource=on_subscribe_resource,
             on_unsubscribe_resource=on_unsubscribe_resource,
         )
+    server.lean = LeanRelay(handlers, offerings, server)
+    return server
 
 
 def with_bare_hosts(allowed_hosts: list[str]) -> list[str]:
@@ -185,17 +191,23 @@ class McpEndpoint:
         except GatewayError as exc:
             await error_response(exc, self._scrub)(scope, receive, send)
             return
+        session_id = request.headers.get(MCP_SESSION_ID_HEADER)
         if request.method == "POST":  # read here, bounded in size and time (the SDK would answer a slow body with 500)
             try:
-                receive = _replay(await read_body(request, MAX_BODY_BYTES), receive)
+                body = await read_body(request, MAX_BODY_BYTES)
             except PayloadTooLarge:  # a JSON-RPC error, like the SDK's own 413 (`_watch`)
                 await _json(send, 413, _too_large())
                 return
             except GatewayError as exc:
                 await error_response(exc, self._scrub)(scope, receive, send)
                 return
+            lean = getattr(manager.app, "lean", None)
+            if session_id is None and isinstance(lean, LeanRelay):  # the hot 2026-07-28 requests (issue 35)
+                scope[SCOPE_KEY] = caller
+                if await lean.serve(caller, request, body, manager.security_settings, receive, send):
+                    return
+            receive = _replay(body, receive)
         binding = _binding(identity, caller.bridge.key if caller.bridge else None)
-        session_id = request.headers.get(MCP_SESSION_ID_HEADER)
         if session_id is not None:
             # Every session is minted through here, so an id we do not hold is foreign, expired or forgotten.
             owner = self._sessions.owner(session_id)
