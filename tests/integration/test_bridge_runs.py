@@ -5,15 +5,16 @@ real MCP tool server."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gateway.bridge.config import BridgeConfig
 from gateway.bridge.run_report import VALUE_CHARS
-from tests.support import canary
+from tests.support import canary, postgres
 from tests.support.bridge_servers import (
     BridgeApp, CallLog, audit_flushed, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node, tool_server,
 )
@@ -176,3 +177,29 @@ async def test_the_run_history_is_the_bridges_only_and_its_limit_is_checked(worl
     for bad in ("0", "101", "x", "-1"):
         answer = await call(world, "GET", f"/bridges/hist/runs?limit={bad}")
         assert answer.status_code == 400 and "limit" in answer.json()["error"]["message"]
+
+
+@pytest.fixture
+async def on_postgres(tmp_path: Path) -> AsyncIterator[World]:
+    async with postgres.fresh_database() as database:
+        with serve(tool_server(CallLog(), delay=0.0)) as tools:
+            config = BridgeConfig.model_validate({
+                "database": database,
+                "connections": [{"id": "declared", "owner": "alice", "endpoint": f"{tools.url}/mcp"}],
+            })
+            app = bridge_app(config, tmp_path)
+            with serve(app.app) as bridge:
+                yield World(app, bridge, tools.url)
+
+
+async def test_the_run_history_reads_the_postgresql_audit_log_too(on_postgres: World) -> None:
+    # R: C5, S1
+    world = on_postgres
+    await bridge_with(world, "pg", "declared", one_tool("echo", "declared"))
+    await run(world, "pg", "say", {"text": "one"})
+    await run(world, "pg", "say", {})
+    await world.flushed()
+    runs = (await call(world, "GET", "/bridges/pg/runs?pipeline=say")).json()["data"]
+    assert [(r["isError"], r["caller"]) for r in runs] == [(True, "alice"), (False, "alice")]
+    assert runs[0]["reason"].startswith("node t1 (echo) failed: ") and runs[0]["at"].endswith("Z")
+    assert [(n["id"], n["status"]) for n in runs[0]["nodes"]] == [("in1", "ok"), ("t1", "failed"), ("out1", "skipped")]
