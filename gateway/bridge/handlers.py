@@ -239,15 +239,15 @@ class BridgeHandlers:
 
 def failure_reason(exc: UpstreamCallFailed) -> str:
     """What a run reports of a call that gave no result (C5): the connection's own JSON-RPC error
-    text (e.g. invalid arguments), "timed out after Ns", or "server unreachable" — with the cause
-    only for a connection declared in the YAML (one made through the REST API tells no more, SSRF:
-    `UpstreamCallFailed.guarded`)."""
+    text (e.g. invalid arguments), "timed out after Ns", or "server unreachable" with the cause —
+    for a connection made through the REST API only "server unreachable" (SSRF: no port or
+    service oracle, `UpstreamCallFailed.guarded`)."""
     if exc.code is not None and exc.upstream_message:
         return exc.upstream_message
+    if exc.guarded:  # not even "timed out": that would tell a filtered port from a closed one
+        return "server unreachable"
     if exc.timeout is not None:
         return f"timed out after {exc.timeout:g}s"
-    if exc.guarded:
-        return "server unreachable"
     return f"server unreachable ({exc})"
 
 
