@@ -23,6 +23,7 @@ from gateway.bridge.graph import Graph, Node
 from gateway.bridge.records import BridgeRecord, ConnectionRecord
 from gateway.bridge.upstream import UpstreamCallFailed
 from gateway.bridge.validation import GraphProblem, quoted
+from gateway.egress import UNUSABLE
 
 LIST_SECONDS = 5.0
 """How long a save waits for a connection's tool listing before saving unchecked."""
@@ -83,8 +84,8 @@ async def _listing(conn: ConnectionRecord, list_tools: ListTools, seconds: float
     """The connection's tools, or why they could not be had within `seconds`."""
     try:
         return await asyncio.wait_for(list_tools(conn), seconds)
-    except TimeoutError:
-        return f"no answer within {seconds:g}s"
+    except TimeoutError:  # made through the REST API: no more than any failure says (no port oracle, SSRF)
+        return UNUSABLE if conn.source == "api" else f"no answer within {seconds:g}s"
     except UpstreamCallFailed as exc:
         return exc.reason
 
