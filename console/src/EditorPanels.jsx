@@ -156,12 +156,20 @@ export function TryPanel({ bridgeId, owner, pipelines, nodes, onRun }) {
   useEffect(() => {
     if (input) setArgs(JSON.stringify(Object.fromEntries(input.data.outputs.map((p) => [p, blank[chosen?.inputs?.[p]?.type] ?? ""]))));
   }, [input?.id, input?.data.outputs.join(","), chosen?.name]);  // eslint-disable-line react-hooks/exhaustive-deps
-  const loadRuns = useCallback(async (pipeline) => {
+  /** The pipeline's recent runs; `since` (ms): a run started then has just ended, and its audit
+   * record is written a moment later — asked again (briefly, a few times) until the list has it. */
+  const loadRuns = useCallback(async (pipeline, since = null) => {
     if (!pipeline) return;
-    try {
-      const answer = await optional("GET", itemPath("bridges", bridgeId, owner, "/runs", { pipeline, limit: 10 }));
+    for (let attempt = 0; attempt < (since === null ? 1 : 10); attempt++) {
+      if (attempt) await new Promise((resolve) => { setTimeout(resolve, 300); });
+      let answer;
+      try {
+        answer = await optional("GET", itemPath("bridges", bridgeId, owner, "/runs", { pipeline, limit: 10 }));
+      } catch { setRuns(null); return; }
       setRuns(answer === null ? null : answer.data);
-    } catch { setRuns(null); }
+      const newest = answer?.data[0] ? Date.parse(answer.data[0].at) : NaN;
+      if (answer === null || since === null || newest >= since) return;  // (a server clock behind: asked until the last try)
+    }
   }, [bridgeId, owner]);
   useEffect(() => { loadRuns(chosen?.name); }, [chosen?.name, loadRuns]);
   const run = async (e) => {
@@ -169,6 +177,7 @@ export function TryPanel({ bridgeId, owner, pipelines, nodes, onRun }) {
     setResult(null);
     let parsed;
     try { parsed = JSON.parse(args); } catch (err) { setResult({ isError: true, text: `The arguments are not JSON: ${err.message}` }); return; }
+    const started = Date.now();
     let answer;
     try {
       answer = await api("POST", itemPath("bridges", bridgeId, owner, "/run"), { name: chosen.name, arguments: parsed });
@@ -177,7 +186,7 @@ export function TryPanel({ bridgeId, owner, pipelines, nodes, onRun }) {
     }
     setResult(answer);
     onRun(answer);
-    loadRuns(chosen.name);
+    loadRuns(chosen.name, started);
   };
   if (!pipelines.length) return null;
   return (
