@@ -5,12 +5,7 @@
     GET    /bridges/{id}                one bridge, with its pipeline names
     PATCH  /bridges/{id}                {connections}: the connections it federates
     DELETE /bridges/{id}
-    GET    /bridges/{id}/graph          the saved graph (an empty one before the first save); ETag: its version
-    PUT    /bridges/{id}/graph          validate (F8, C7: graph_checks.py) and save (F12); with If-Match: only
-                                        over that version (S2); the answer carries the save's `warnings`
-    GET    /bridges/{id}/graph/versions the kept graph versions (the last 50 saves), newest first (C6)
-    GET    /bridges/{id}/graph/versions/{v}          one version's graph
-    POST   /bridges/{id}/graph/versions/{v}/restore  save that graph again as a new version (If-Match as PUT)
+    …/graph, …/graph/versions       a bridge's graph and its kept versions: see graph_api
     GET    /connections                 the caller's connections (no secret references), each with its
                                         `health`: the last listing/call/test outcome in this process (C8)
     POST   /connections                 {id, owner?, endpoint, prefix?, authHeaderName?, authSecret?}
@@ -43,26 +38,22 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.bridge.api_support import (
-    Authenticate, Conflict, addressed, caller_of, check_endpoint_url, json_body, object_body, owner_for, rendered,
-    visible_bridge,
+    Authenticate, Conflict, addressed, caller_of, change_record, check_endpoint_url, json_body, object_body, owner_for,
+    rendered, visible_bridge,
 )
 from gateway.bridge.audit import AuditWriter
 from gateway.bridge.audit_args import Scrub
 from gateway.bridge.config import BridgeDecl, ConnectionConfig
-from gateway.bridge.federation import CallerScope, Federation
-from gateway.bridge.gate import CallerGate
-from gateway.bridge.graph_checks import check_tools
-from gateway.bridge.sessions import caller_key
-from gateway.bridge.graph import Graph, empty_graph
+from gateway.bridge.federation import CallerScope
+from gateway.bridge.graph import Graph
 from gateway.bridge.limits import BridgeLimits
 from gateway.bridge.messages import located
 from gateway.bridge.naming import prefix_problems
-from gateway.bridge.records import AuditAction, AuditRecord, BridgeRecord, ConnectionRecord, Health
+from gateway.bridge.records import AuditRecord, BridgeRecord, ConnectionRecord, Health
 from gateway.bridge.sealing import Sealer
-from gateway.bridge.store import BridgeStore, GraphConflict
+from gateway.bridge.store import BridgeStore
 from gateway.bridge.tenancy import may_hold, named, visible_by_id
 from gateway.bridge.upstream import Upstreams
-from gateway.bridge.validation import GraphInvalid, GraphProblem, parse_graph
 from gateway.egress import EgressPolicy
 from gateway.errors import BadRequest, Forbidden, NotFound
 
@@ -82,14 +73,8 @@ class BridgeApi:
         audit: AuditWriter | None = None,
         egress: EgressPolicy | None = None,
         sealer: Sealer | None = None,
-        federation: Federation,
-        gate: CallerGate,
     ) -> None:
-        """`sealer` seals credentials written through the API; None: the API takes none.
-        `federation`: how a save finds the bridge's connections and checks its tools against their
-        listings (C7); `gate`: the callers' outbound slots, shared with the handlers (gate.py)."""
-        self._federation = federation
-        self._gate = gate
+        """`sealer` seals credentials written through the API; None: the API takes none."""
         self._sealer = sealer
         self._scrub = scrub
         self._store = store
@@ -108,13 +93,6 @@ class BridgeApi:
             Route("/bridges/{bridge_id}", rendered(self.get_bridge, self._scrub), methods=["GET"]),
             Route("/bridges/{bridge_id}", rendered(self.update_bridge, self._scrub), methods=["PATCH"]),
             Route("/bridges/{bridge_id}", rendered(self.delete_bridge, self._scrub), methods=["DELETE"]),
-            Route("/bridges/{bridge_id}/graph", rendered(self.get_graph, self._scrub), methods=["GET"]),
-            Route("/bridges/{bridge_id}/graph", rendered(self.put_graph, self._scrub), methods=["PUT"]),
-            Route("/bridges/{bridge_id}/graph/versions", rendered(self.list_versions, self._scrub), methods=["GET"]),
-            Route("/bridges/{bridge_id}/graph/versions/{version:int}", rendered(self.get_version, self._scrub),
-                  methods=["GET"]),
-            Route("/bridges/{bridge_id}/graph/versions/{version:int}/restore", rendered(self.restore_version, self._scrub),
-                  methods=["POST"]),
             Route("/connections", rendered(self.list_connections, self._scrub), methods=["GET"]),
             Route("/connections", rendered(self.create_connection, self._scrub), methods=["POST"]),
             Route("/connections/{connection_id}", rendered(self.update_connection, self._scrub), methods=["PATCH"]),
@@ -211,89 +189,6 @@ class BridgeApi:
         await self._store.delete_bridge(bridge.key)
         self._record(change_record(caller, "bridge.delete", bridge.id, {"owner": bridge.owner}, started))
         return Response(status_code=204)
-
-    async def get_graph(self, request: Request) -> Response:
-        """GET /bridges/{id}/graph: the graph as saved."""
-        _, bridge = await self._bridge(request)
-        saved = await self._store.saved_graph(bridge.key)
-        data = saved.graph if saved is not None else empty_graph().dump()
-        return JSONResponse(data, headers={"etag": _etag(saved.version if saved is not None else 0)})
-
-    async def put_graph(self, request: Request) -> Response:
-        """PUT /bridges/{id}/graph: validate (F8) and save (F12); the save is audited with its editor.
-        `If-Match: "<version>"` (the ETag of the graph the editor started from) saves only over that
-        version: an edit saved meanwhile, through any replica, makes it 409. Without it, the save
-        replaces whatever is there, as before."""
-        started = time.perf_counter()
-        caller, bridge = await self._bridge(request)
-        expected = _if_match(request.headers.get("if-match"))
-        data = await json_body(request)
-        if isinstance(data, dict):
-            data.pop("warnings", None)  # an answer of this route sent back as it is
-        graph, warnings = await self._checked(caller, bridge, data)
-        return await self._save(caller, bridge, graph, warnings, expected, started)
-
-    async def list_versions(self, request: Request) -> Response:
-        """GET /bridges/{id}/graph/versions: every kept save, newest first, with its size."""
-        _, bridge = await self._bridge(request)
-        return JSONResponse({"data": [v.public() for v in await self._store.graph_versions(bridge.key)]})
-
-    async def _version(self, bridge: BridgeRecord, version: int) -> dict[str, Any]:
-        kept = await self._store.graph_version(bridge.key, version)
-        if kept is None:
-            raise NotFound(f"bridge {bridge.id} keeps no graph version {version}")
-        return kept.graph
-
-    async def get_version(self, request: Request) -> Response:
-        """GET /bridges/{id}/graph/versions/{v}: that version's graph, as it was saved."""
-        _, bridge = await self._bridge(request)
-        return JSONResponse(await self._version(bridge, request.path_params["version"]))
-
-    async def restore_version(self, request: Request) -> Response:
-        """POST /bridges/{id}/graph/versions/{v}/restore: save version v's graph again, as a new
-        version, after the rules a PUT checks (the connections may have changed since); If-Match
-        as on PUT. Answers like PUT: the graph, its warnings, its ETag."""
-        started = time.perf_counter()
-        caller, bridge = await self._bridge(request)
-        expected = _if_match(request.headers.get("if-match"))
-        version = request.path_params["version"]
-        graph, warnings = await self._checked(caller, bridge, await self._version(bridge, version))
-        return await self._save(caller, bridge, graph, warnings, expected, started, {"restoredFrom": version})
-
-    async def _checked(self, caller: CallerScope, bridge: BridgeRecord, data: Any) -> tuple[Graph, list[GraphProblem]]:
-        """The graph of `data` after every rule (F8, C7), with the warnings of its save (a connection
-        that could not be listed); raises `GraphRejected` listing every problem."""
-        try:
-            graph = parse_graph(data, self._limits)
-        except GraphInvalid as exc:
-            raise GraphRejected(exc) from None
-        scope = CallerScope(caller.identity, caller.owners, bridge)
-        usable = {c.id: c for c in await self._federation.connections(scope, fresh=True)}
-        with self._gate.caller(caller_key(caller.identity)):  # the listings count against the caller's slots
-            checked = await check_tools(graph, bridge, usable, self._upstreams.list_tools)
-        if checked.problems:
-            raise GraphRejected(GraphInvalid(checked.problems))
-        return graph, checked.warnings
-
-    async def _save(
-        self, caller: CallerScope, bridge: BridgeRecord, graph: Graph, warnings: list[GraphProblem], expected: int | None,
-        started: float, audited: dict[str, Any] | None = None,
-    ) -> Response:
-        """Save a checked graph (over version `expected` when given), audit it, answer with it, its
-        warnings and its ETag."""
-        try:
-            version = await self._store.save_graph(bridge.key, graph.dump(), time.time(), caller.actor_id, expected)
-        except GraphConflict as exc:
-            raise Conflict(
-                f"bridge {bridge.id}: the graph was saved by someone else meanwhile (version {exc.current}; this edit "
-                f"started from version {exc.expected}); GET it again, redo the edit, and save with If-Match: "
-                f"{_etag(exc.current)}"
-            ) from None
-        shape = {"owner": bridge.owner, "nodes": len(graph.nodes), "edges": len(graph.edges),
-                 "pipelines": [p.name for p in graph.pipelines], **(audited or {})}
-        self._record(change_record(caller, "bridge.graph_save", bridge.id, shape, started))
-        entries = [entry for w in warnings for entry in w.entries()]
-        return JSONResponse({**graph.dump(), "warnings": entries}, headers={"etag": _etag(version)})
 
     async def list_connections(self, request: Request) -> Response:
         """GET /connections: the caller's connections, without secret references."""
@@ -434,53 +329,8 @@ RESERVED_HEADERS = frozenset({
 """Headers the MCP transport sets itself: a credential may not replace them."""
 
 
-class GraphRejected(BadRequest):
-    """A graph that breaks the rules: the envelope also lists every problem (rule, ids, message)."""
-
-    code = "invalid_graph"
-
-    def __init__(self, exc: GraphInvalid) -> None:
-        super().__init__(str(exc))
-        self.problems = [{"rule": p.rule, "ids": list(p.ids), "message": p.message} for p in exc.problems]
-        self.errors = exc.entries()
-
-    def body(self) -> dict[str, Any]:
-        body = super().body()
-        body["error"]["problems"] = self.problems
-        body["error"]["errors"] = self.errors  # per node and edge (C7)
-        return body
-
-
-def change_record(caller: CallerScope, action: AuditAction, resource: str, args: dict[str, Any], started: float) -> AuditRecord:
-    """The audit record of a change made through the REST API: who changed which bridge or
-    connection (scope `bridge:<id>` or `connection:<id>`), with identifiers and counts only. A
-    connection's change is also listed to its owner (`AuditRecord.owner`: `args["owner"]`)."""
-    kind = "bridge" if action.startswith("bridge.") else "connection"
-    return AuditRecord(
-        ts=time.time(), action=action, actor_id=caller.actor_id, actor_email=caller.identity.email,
-        resource=resource, scope=f"{kind}:{resource}", mutating=True, args=args, status="success",
-        duration_ms=(time.perf_counter() - started) * 1000,
-        owner=args["owner"] if kind == "connection" else None,  # every member sees a change to the org's connection
-    )
-
-
 def _health(health: Health | None) -> dict[str, Any] | None:
     return health.public() if health is not None else None
-
-
-def _etag(version: int) -> str:
-    """A graph version as an ETag (0: none saved yet)."""
-    return f'"{version}"'
-
-
-def _if_match(value: str | None) -> int | None:
-    """The version an If-Match header names (None: no header, or `*` — any graph)."""
-    if value is None or value.strip() == "*":
-        return None
-    tag = value.strip().removeprefix("W/")
-    if len(tag) < 3 or tag[0] != '"' or tag[-1] != '"' or not (tag[1:-1].isascii() and tag[1:-1].isdigit()):
-        raise BadRequest(f'If-Match: expected the graph\'s ETag, e.g. "3" (from GET …/graph), not {value[:40]!r}')
-    return int(tag[1:-1])
 
 
 def mcp_path(bridge: BridgeRecord, default: BridgeRecord | None) -> str:

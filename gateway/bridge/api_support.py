@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -13,7 +14,7 @@ from starlette.responses import Response
 from gateway.api.body import parse_json, read_body
 from gateway.bridge.audit_args import Scrub
 from gateway.bridge.federation import CallerScope, owners_of
-from gateway.bridge.records import BridgeRecord
+from gateway.bridge.records import AuditAction, AuditRecord, BridgeRecord
 from gateway.bridge.store import BridgeStore
 from gateway.bridge.tenancy import named
 from gateway.errors import BadRequest, Forbidden, GatewayError, NotFound, error_response
@@ -129,3 +130,16 @@ def addressed(request: Request, owners: tuple[str, ...]) -> tuple[str, ...]:
     if owner is None:
         return owners
     return (owner,) if owner in owners else ()
+
+
+def change_record(caller: CallerScope, action: AuditAction, resource: str, args: dict[str, Any], started: float) -> AuditRecord:
+    """The audit record of a change made through the REST API: who changed which bridge or
+    connection (scope `bridge:<id>` or `connection:<id>`), with identifiers and counts only. A
+    connection's change is also listed to its owner (`AuditRecord.owner`: `args["owner"]`)."""
+    kind = "bridge" if action.startswith("bridge.") else "connection"
+    return AuditRecord(
+        ts=time.time(), action=action, actor_id=caller.actor_id, actor_email=caller.identity.email,
+        resource=resource, scope=f"{kind}:{resource}", mutating=True, args=args, status="success",
+        duration_ms=(time.perf_counter() - started) * 1000,
+        owner=args["owner"] if kind == "connection" else None,  # every member sees a change to the org's connection
+    )

@@ -33,6 +33,7 @@ from gateway.bridge.config import BridgeConfig
 from gateway.bridge.editor_api import EditorApi
 from gateway.bridge.endpoint import McpEndpoint, build_manager, build_server
 from gateway.bridge.federation import Federation
+from gateway.bridge.graph_api import GraphApi
 from gateway.bridge.gate import CallerGate
 from gateway.bridge.handlers import BridgeHandlers
 from gateway.bridge.offerings import Offerings
@@ -108,7 +109,11 @@ class BridgeService:
         self.upstreams.downstream_alive = self._endpoint.session_alive  # subscriptions end with their Bridge session
         self._api = BridgeApi(
             self.store, self.upstreams, api_authenticate, config.api_endpoint_allowed, scrub=secrets.scrub,
-            limits=config.limits, audit=self.audit, egress=egress, sealer=sealer, federation=federation, gate=gate,
+            limits=config.limits, audit=self.audit, egress=egress, sealer=sealer,
+        )
+        self._graph_api = GraphApi(
+            self.store, self.upstreams, federation, api_authenticate, scrub=secrets.scrub, gate=gate,
+            limits=config.limits, audit=self.audit,
         )
         self._audit_api = AuditApi(self.store, api_authenticate, scrub=secrets.scrub)
         self._editor_api = EditorApi(
@@ -197,6 +202,7 @@ class BridgeService:
             starlette.routing.Route("/mcp", self._endpoint),
             starlette.routing.Route("/mcp/{bridge_id}", self._endpoint),
             *self._api.routes(),
+            *self._graph_api.routes(),
             *self._audit_api.routes(),
             *self._editor_api.routes(),
         ]
