@@ -91,11 +91,13 @@ class RunTrace:
         return cls(nodes)
 
     def done(self, node: Node, value: Any, given: Any = None) -> None:
+        """The node gave `value` (having taken `given`)."""
         entry = self.nodes.get(node.id)
         if entry is not None:
             entry.status, entry.input, entry.output = "ok", given, value
 
     def failed(self, node_id: str, reason: str | None) -> None:
+        """The node failed, for `reason` (bounded)."""
         entry = self.nodes.get(node_id)
         if entry is not None:
             entry.status, entry.reason = "failed", bounded_reason(reason or "failed")
