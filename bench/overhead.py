@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import os
 import statistics
 import sys
@@ -29,6 +30,12 @@ CHAT = {"model": "bench", "messages": [{"role": "user", "content": "Say hello."}
 RESPONSES = {"model": "bench", "input": "Say hello.", "max_output_tokens": 16}
 MESSAGES = {"model": "bench", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
 CHAT_PATH = "toolgate, empty chain"
+BEFORE = "before, "
+"""Rows of the `--before` checkout's gateway start with this."""
+BENCH_KEY = "sk-bench-client"
+BENCH_KEY_SHA256 = hashlib.sha256(BENCH_KEY.encode()).hexdigest()
+"""The gateway runs with API-key auth (issue 35 measures that path); the stub ignores the header."""
+AUTH = {"authorization": f"Bearer {BENCH_KEY}"}
 Target = tuple[str, str, dict[str, str], dict[str, object]]
 """(row name, URL, headers, request body)."""
 
@@ -50,43 +57,58 @@ async def one(client: httpx2.AsyncClient, url: str, stream: bool, headers: dict[
     return elapsed, elapsed
 
 
-async def serial(targets: list[Target], stream: bool, n: int) -> dict[str, tuple[list[float], list[float]]]:
-    """Concurrency 1, targets interleaved in blocks of 20 so drift on a shared machine hits all alike."""
+async def serial(targets: list[Target], stream: bool, n: int, pids: dict[str, int]) -> dict[str, tuple[list[float], list[float], float]]:
+    """Concurrency 1, targets interleaved in blocks of 20 so drift on a shared machine hits all alike.
+    Per target: (times to first byte, total times, CPU seconds per request of the server process it talks to)."""
     samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name, _, _, _ in targets}
+    cpu = {name: 0.0 for name, _, _, _ in targets}
     async with httpx2.AsyncClient(timeout=60) as client:
         for name, url, headers, body in targets:
             for _ in range(30):
                 await one(client, url, stream, headers, body)
         for _ in range(max(1, n // 20)):
             for name, url, headers, body in targets:
+                used = cpu_seconds(pids[name])
                 for _ in range(20):
                     first, total = await one(client, url, stream, headers, body)
                     samples[name][0].append(first)
                     samples[name][1].append(total)
-    return samples
+                cpu[name] += cpu_seconds(pids[name]) - used
+    return {name: (*samples[name], cpu[name] / len(samples[name][1])) for name in samples}
 
 
-async def throughput(url: str, stream: bool, n: int, headers: dict[str, str], body: dict[str, object]) -> float:
-    """Requests per second with 50 concurrent clients."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time process `pid` has used so far: its own work, whatever else the machine runs."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def throughputs(targets: list[Target], stream: bool, n: int, rounds: int = 3) -> dict[str, float]:
+    """Requests per second of each target with 50 concurrent clients: `n` requests each, in
+    `rounds` parts taken in turn (so drift on a shared machine hits every target alike)."""
+    spent = {name: 0.0 for name, _, _, _ in targets}
     async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=100, max_keepalive_connections=100)) as client:
-        for _ in range(50):
-            await one(client, url, stream, headers, body)
-        queue = list(range(n))
+        for name, url, headers, body in targets:
+            await asyncio.gather(*(one(client, url, stream, headers, body) for _ in range(50)))
+        for _ in range(rounds):
+            for name, url, headers, body in targets:
+                queue = list(range(n // rounds))
 
-        async def worker() -> None:
-            while queue:
-                queue.pop()
-                await one(client, url, stream, headers, body)
+                async def worker() -> None:
+                    while queue:
+                        queue.pop()
+                        await one(client, url, stream, headers, body)
 
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(50)))
-        return n / (time.perf_counter() - started)
+                started = time.perf_counter()
+                await asyncio.gather(*(worker() for _ in range(50)))
+                spent[name] += time.perf_counter() - started
+    return {name: (n // rounds) * rounds / seconds for name, seconds in spent.items()}
 
 
-def summarise(firsts: list[float], totals: list[float], rps: float) -> dict[str, float]:
+def summarise(firsts: list[float], totals: list[float], cpu: float, rps: float) -> dict[str, float]:
     totals, firsts = sorted(totals), sorted(firsts)
     return {"median": statistics.median(totals) * 1000, "p95": totals[int(len(totals) * 0.95)] * 1000,
-            "ttfb": statistics.median(firsts) * 1000, "rps": rps}
+            "ttfb": statistics.median(firsts) * 1000, "cpu": cpu * 1000, "rps": rps}
 
 
 STUB_COMPLETION = {"id": "chatcmpl-stub", "object": "chat.completion", "created": 0, "model": "stub", "choices": [
@@ -136,8 +158,8 @@ def translation_cost(n: int = 5000) -> dict[tuple[str, bool], float]:
 
 def gateway_config(stub: str) -> str:
     return f"""
-server: {{log_level: warning}}
-auth: {{mode: none}}
+server: {{log_level: info}}
+auth: {{mode: api_keys, api_keys: [{{key_sha256: "{BENCH_KEY_SHA256}", user_id: bench}}]}}
 upstreams: [{{name: stub, kind: openai, api_base: "{stub}/v1"}}]
 routes: [{{model: bench, upstream: stub, upstream_model: stub}}]
 """
@@ -152,30 +174,51 @@ general_settings: {{master_key: sk-bench-master}}
 """
 
 
+def gateway_proc(python: str, config: Path, tree: Path | None = None) -> Proc:
+    """`toolgate serve` on a free port: this checkout's, or the one in `tree` (its package first on sys.path)."""
+    port = free_port()
+    if tree is None:
+        argv = [python, "-m", "gateway.cli", "serve"]
+    else:
+        argv = [python, "-c", f"import sys; sys.path.insert(0, {str(tree)!r}); from gateway.cli import main; sys.exit(main())", "serve"]
+    return Proc([*argv, "--config", str(config), "--port", str(port)], f"http://127.0.0.1:{port}", "/readyz")
+
+
+def api_targets(prefix: str, url: str) -> list[Target]:
+    """The three client APIs of one gateway, named `prefix` + the API."""
+    return [
+        (f"{prefix}empty chain", url + "/v1/chat/completions", AUTH, CHAT),
+        (f"{prefix}Responses API", url + "/v1/responses", AUTH, RESPONSES),
+        (f"{prefix}Messages API", url + "/v1/messages", {**AUTH, "anthropic-version": "2023-06-01"}, MESSAGES),
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--litellm-venv", type=Path, default=None)
     parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--before", type=Path, default=None,
+                        help="a checkout of an earlier toolgate (e.g. `git archive REV | tar -x -C DIR`): its gateway is measured in the same rounds")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     python = sys.executable
     tmp = Path(tempfile.mkdtemp(prefix="toolgate-bench-"))
     procs: list[Proc] = []
+    loads = [os.getloadavg()[0]]
     try:
         port = free_port()
         stub = Proc([python, "-m", "uvicorn", "--factory", "bench.stub:create_app", "--port", str(port), "--log-level", "warning"],
                     f"http://127.0.0.1:{port}", "/health")
         procs.append(stub.start())
         (tmp / "gw.yaml").write_text(gateway_config(stub.url))
-        gport = free_port()
-        gw = Proc([python, "-m", "gateway.cli", "serve", "--config", str(tmp / "gw.yaml"), "--port", str(gport)], f"http://127.0.0.1:{gport}", "/readyz")
+        gw = gateway_proc(python, tmp / "gw.yaml")
         procs.append(gw.start())
-        targets: list[Target] = [
-            ("direct to the stub", stub.url + "/v1/chat/completions", {}, CHAT),
-            (CHAT_PATH, gw.url + "/v1/chat/completions", {}, CHAT),
-            ("toolgate, Responses API", gw.url + "/v1/responses", {}, RESPONSES),
-            ("toolgate, Messages API", gw.url + "/v1/messages", {"anthropic-version": "2023-06-01"}, MESSAGES),
-        ]
+        targets: list[Target] = [("direct to the stub", stub.url + "/v1/chat/completions", AUTH, CHAT), *api_targets("toolgate, ", gw.url)]
+        if args.before is not None:
+            before = gateway_proc(python, tmp / "gw.yaml", args.before.resolve())
+            procs.append(before.start())
+            targets += api_targets(BEFORE, before.url)
+        servers = {proc.url: proc.proc.pid for proc in procs if proc.proc is not None}
         if args.litellm_venv:
             (tmp / "litellm.yaml").write_text(litellm_config(stub.url))
             lport = free_port()
@@ -184,36 +227,43 @@ def main() -> int:
                        "--port", str(lport), "--num_workers", "1"], f"http://127.0.0.1:{lport}", "/health/liveliness", env=env, timeout=120)
             procs.append(ll.start())
             targets.append(("LiteLLM proxy", ll.url + "/v1/chat/completions", {"authorization": "Bearer sk-bench-master"}, CHAT))
+            servers[ll.url] = ll.proc.pid if ll.proc is not None else 0
+        pids = {name: next(pid for base, pid in servers.items() if url.startswith(base + "/")) for name, url, _, _ in targets}
         rows = {}
         for stream in (False, True):
-            samples = asyncio.run(serial(targets, stream, args.requests))
-            for name, url, headers, body in targets:
-                rps = asyncio.run(throughput(url, stream, args.requests * 3, headers, body))
-                rows[(name, stream)] = summarise(*samples[name], rps)
+            samples = asyncio.run(serial(targets, stream, args.requests, pids))
+            rates = asyncio.run(throughputs(targets, stream, args.requests * 3))
+            loads.append(os.getloadavg()[0])
+            for name, _, _, _ in targets:
+                rows[(name, stream)] = summarise(*samples[name], rates[name])
                 print(name, "stream" if stream else "json", {k: round(v, 2) for k, v in rows[(name, stream)].items()}, flush=True)
     finally:
         for proc in reversed(procs):
             proc.stop()
-    table = render(rows, args.requests, translation_cost())
+    table = render(rows, args.requests, translation_cost(), loads)
     print(table)
     if not args.no_write:
         write_section("overhead" if args.litellm_venv else "overhead-apis", table)
     return 0
 
 
-def render(rows: dict[tuple[str, bool], dict[str, float]], n: int, costs: dict[tuple[str, bool], float]) -> str:
+def render(rows: dict[tuple[str, bool], dict[str, float]], n: int, costs: dict[tuple[str, bool], float], loads: list[float]) -> str:
     base = {s: rows[("direct to the stub", s)] for s in (False, True)}
-    lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}; loopback; {n} requests per path at c=1 "
-             f"(paths interleaved in blocks of 20), {3 * n} at c=50.", "",
-             "| path | mode | c=1 median | added | vs chat path | c=1 p95 | c=50 req/s | TTFB median | TTFB added |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}; loopback; API-key auth; {n} requests "
+             f"per path at c=1 (paths interleaved in blocks of 20), {3 * n} at c=50 (in 3 rounds taken in turn); load average "
+             f"(1 min) {' / '.join(f'{x:.1f}' for x in loads)} at the start, after json, after stream.", "",
+             "| path | mode | c=1 median | added | vs chat path | c=1 p95 | server CPU / request | c=50 req/s | c=50 vs direct | TTFB median | TTFB added |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (name, stream), r in rows.items():
-        b, chat = base[stream], rows[(CHAT_PATH, stream)]
+        b = base[stream]
+        build = BEFORE if name.startswith(BEFORE) else "toolgate, "
+        chat = rows.get((build + "empty chain", stream))
         added = "—" if name.startswith("direct") else f"+{r['median'] - b['median']:.2f} ms"
-        vs_chat = f"{r['median'] - chat['median']:+.2f} ms" if name.startswith("toolgate, ") and name != CHAT_PATH else "—"
+        vs_chat = f"{r['median'] - chat['median']:+.2f} ms" if chat is not None and name.startswith(build) and not name.endswith("empty chain") else "—"
+        share = "—" if name.startswith("direct") else f"{r['rps'] / b['rps']:.0%}"
         ttfb_added = "—" if name.startswith("direct") or not stream else f"+{r['ttfb'] - b['ttfb']:.2f} ms"
         lines.append(f"| {name} | {'stream' if stream else 'json'} | {r['median']:.2f} ms | {added} | {vs_chat} | {r['p95']:.2f} ms | "
-                     f"{r['rps']:.0f} | {r['ttfb']:.2f} ms | {ttfb_added} |")
+                     f"{r['cpu']:.2f} ms | {r['rps']:.0f} | {share} | {r['ttfb']:.2f} ms | {ttfb_added} |")
     lines += ["", "The dialects' own CPU work, in-process (parse and translate the body, then render the answer or encode the "
               "stream's chunks; best of 5):", "", "| path | json | stream | json vs chat | stream vs chat |", "|---|---|---|---|---|"]
     for name in dict.fromkeys(name for name, _ in costs):
