@@ -25,7 +25,7 @@ import pytest
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 EVERYTHING = NODE_DIR / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
-START_SECONDS = 30.0
+START_SECONDS = 90.0
 
 
 def require_node(entry: Path) -> str:
