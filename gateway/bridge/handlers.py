@@ -105,23 +105,29 @@ class BridgeHandlers:
             return tools
         names = {p.name for p in graph.pipelines}
         tools = [t for t in tools if t.name not in names]  # a pipeline wins over a tool of its name
-        tools_of = await self._tools_of(scope)
+        # the listings the federation just made (no second try of a connection that did not answer)
+        tools_of = await self._tools_of(scope, listing=False)
         for pipeline in graph.pipelines:
             description = pipeline.description or f"Pipeline {pipeline.name} ({scope.name})"
-            inferred = await inferred_inputs(graph, pipeline, tools_of)  # the listings are cached (Upstreams.catalog)
+            inferred = await inferred_inputs(graph, pipeline, tools_of)
             tools.append(types.Tool(
                 name=pipeline.name, description=description, input_schema=pipeline_input_schema(graph, pipeline, inferred)
             ))
         return tools
 
-    async def _tools_of(self, scope: CallerScope) -> Callable[[str], Awaitable[list[types.Tool] | None]]:
-        """The tools of the scope's connections by id (None for one that is not there or cannot be listed)."""
+    async def _tools_of(
+        self, scope: CallerScope, *, listing: bool = True
+    ) -> Callable[[str], Awaitable[list[types.Tool] | None]]:
+        """The tools of the scope's connections by id (None for one that is not there or cannot be
+        listed); `listing` False: only what was listed already (no I/O)."""
         connections = {c.id: c for c in await self._federation.connections(scope)}
 
         async def tools_of(connection_id: str) -> list[types.Tool] | None:
             conn = connections.get(connection_id)
             if conn is None:
                 return None
+            if not listing:
+                return self._upstreams.known_tools(conn)
             try:
                 return await self._upstreams.list_tools(conn)
             except UpstreamCallFailed:

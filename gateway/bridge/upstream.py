@@ -261,6 +261,12 @@ class Upstreams:
             [scrub(r) for r in catalog.resources], [scrub(t) for t in catalog.templates],
         )
 
+    def known_tools(self, conn: ConnectionRecord) -> list[types.Tool] | None:
+        """The connection's tools as last listed here, without any I/O (None: never listed, or
+        forgotten since it changed)."""
+        cached = self._catalogs.get(conn.key)
+        return cached[2].tools if cached is not None else None
+
     async def list_tools(self, conn: ConnectionRecord, *, fresh: bool = False) -> list[types.Tool]:
         """The connection's tools, reused for `toolListTtlSeconds` (`fresh`: listed now)."""
         return (await self.catalog(conn, fresh=fresh)).tools
