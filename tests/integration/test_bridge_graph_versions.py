@@ -16,7 +16,7 @@ from gateway.bridge.config import BridgeConfig
 from gateway.bridge.records import BridgeRecord
 from gateway.bridge.store import KEPT_VERSIONS, BridgeStore, open_store
 from tests.support import postgres
-from tests.support.bridge_servers import CallLog, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node, tool_server
+from tests.support.bridge_servers import BridgeApp, CallLog, audit_flushed, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node, tool_server
 from tests.support.http_server import ServerThread, serve
 
 
@@ -69,6 +69,7 @@ async def test_a_refused_save_keeps_no_version(store: BridgeStore) -> None:
 
 @dataclass
 class World:
+    app: BridgeApp
     server: ServerThread
 
     @property
@@ -84,8 +85,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             "connections": [{"id": "tools", "owner": "alice", "endpoint": f"{tools.url}/mcp"}],
             "bridges": [{"id": "vb", "owner": "alice", "connections": ["tools"]}],
         })
-        with serve(bridge_app(config, tmp_path_factory.mktemp("versions")).app) as bridge:
-            yield World(bridge)
+        app = bridge_app(config, tmp_path_factory.mktemp("versions"))
+        with serve(app.app) as bridge:
+            yield World(app, bridge)
 
 
 async def call(world: World, method: str, path: str, key: str = "alice-key", body: Any = None,
@@ -123,6 +125,9 @@ async def test_versions_are_listed_read_and_restored_as_a_new_version(world: Wor
     current = await call(world, "GET", "/bridges/vb/graph")
     assert current.json()["pipelines"][0]["name"] == "first" and current.headers["etag"] == '"3"'
     assert [v["version"] for v in (await call(world, "GET", "/bridges/vb/graph/versions")).json()["data"]] == [3, 2, 1]
+    await audit_flushed(world.app, world.server)
+    saves = (await call(world, "GET", "/audit?action=bridge.graph_save&scope=bridge:vb")).json()["data"]
+    assert saves[0]["args"]["restoredFrom"] == 1 and "restoredFrom" not in saves[1]["args"]  # R: F4 — who restored what
 
 
 async def test_versions_of_another_account_or_not_kept_are_not_found(world: World) -> None:
