@@ -74,6 +74,7 @@ def main() -> None:
              "|---|---|---|---|" + "---|" * len(SOURCE_SLICES) + "---|"]
     for budget in args.budgets:
         guard = build_guard(PromptGuardConfig(type="prompt_guard"))
+        guard.combination = None  # the whole read at each budget, not the cascade (training/combination.py)
         read: list[int] = []
         guard.neural = CachedDetector(base, budget, cache, read)
         tallies = {name: Tally() for name in ("tool", "long", "prompt", *SOURCE_SLICES)}

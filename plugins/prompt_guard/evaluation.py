@@ -176,3 +176,66 @@ def format_report(report: Report, limit: int = 20) -> str:
         if len(items) > limit:
             lines.append(f"  … {len(items) - limit} more (use --json for all)")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class DetectorScores:
+    """What each detector alone says of one text (for fitting the combination on validation rows,
+    `training/combination.py`, and for the per-detector columns of `bench/guard_bench.py`)."""
+
+    rules: float
+    """the rules' evidence in the best chunk, noisy-OR"""
+    heuristics: float
+    """the heuristics' evidence (raw text, decoded payloads, best chunk), noisy-OR"""
+    ngram: float
+    """the n-gram model's best window logit over all chunks (-inf without a model)"""
+    cheap: float
+    """the rules and heuristics together, noisy-OR (what the neural model's evidence joined before issue 36)"""
+    previous: float
+    """the cheap detectors' score as the guard with `detectors: {neural: false}` gives it"""
+    first: float | None
+    """the neural model's first window (`NeuralDetector.first_read`), as a margin"""
+    more: bool
+    """whether the text holds more than that window"""
+    second: float | None
+    """the rest of its budget (`second_read`), as a margin (None when there is no rest)"""
+    full: float | None
+    """the neural model reading its whole budget at once (`probability`, the read before the cascade), as a margin"""
+    chars: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (None if isinstance(v, float) and v == float("-inf") else v) for k, v in self.__dict__.items()}
+
+
+def detector_scores(guard: Guard, text: str) -> DetectorScores:
+    """Every detector of `guard` on `text` alone, the neural model read every way the cascade
+    can read it (batched as the runtime batches, so its probabilities are the runtime's). Only the
+    first `max_scan_bytes` characters are scored."""
+    from plugins.prompt_guard.scanner import CLASSIFIER_ID, HEURISTIC_IDS, combine
+
+    raw = text[: guard.settings.max_scan_bytes]
+    found, best, scored, norm = guard.cheap_piece(raw)
+    kept = [e for e in found + best if e.id not in guard.disabled]
+    heuristic = [e for e in kept if e.id in HEURISTIC_IDS or e.id.startswith("heuristic.")]
+    rules = [e for e in best if e.id not in HEURISTIC_IDS and e.id != CLASSIFIER_ID and e.id not in guard.disabled
+             and not e.id.startswith("classifier")]
+    ngram = max((logit for _, logit, _ in scored), default=float("-inf"))
+    first = second = full = None
+    more = False
+    neural = guard.neural
+    if neural is not None:
+        ranked: list[list[tuple[int, int]]] = []
+
+        def suspects() -> list[tuple[int, int]]:
+            if not ranked:
+                ranked.append(guard._suspect_spans(raw, norm, scored))
+            return ranked[0]
+
+        p, more = neural.first_read(raw, suspects)
+        first = neural.margin(p)
+        if more:
+            second = neural.margin(neural.second_read(raw, suspects))
+        full = neural.margin(neural.probability(raw, suspects))
+    cheap = combine(e for e in kept if e.id != CLASSIFIER_ID)
+    return DetectorScores(combine(rules), combine(heuristic), ngram, cheap, combine(kept), first, more, second, full,
+                          len(raw))

@@ -225,19 +225,47 @@ class NeuralDetector:
         pieces = [w for w in pieces if len(w.ids) > 2]
         return max(self.probabilities(pieces), default=0.0)
 
-    def spread(self, raw: str, first: Window, suspects: Callable[[], Sequence[tuple[int, int]]]) -> list[Window]:
+    def first_read(self, raw: str, suspects: Callable[[], Sequence[tuple[int, int]]] = tuple) -> tuple[float, bool]:
+        """The cascade's first look (`scanner.Guard`): one window at most. A text that fits in one
+        window is read whole; a longer one in one full window over the middle of the most
+        suspicious raw-text range `suspects()` gives (its head when there is none). Returns the
+        probability and whether the text holds more than was read (`second_read` reads on)."""
+        head_chars = WINDOW_TOKENS * 6
+        pieces = self.windows(model_text(raw[:head_chars]), 2)
+        if len(pieces) == 1 and len(raw) <= head_chars:
+            return max(self.probabilities([w for w in pieces if len(w.ids) > 2]), default=0.0), False
+        for start, end in suspects():
+            got = [w for w in self.windows(model_text(raw[max(0, start) : end]), 1, centre=True) if len(w.ids) > 2]
+            if got:
+                return self.probabilities(got)[0], True
+        return max(self.probabilities(pieces[:1]), default=0.0), True
+
+    def second_read(self, raw: str, suspects: Callable[[], Sequence[tuple[int, int]]] = tuple) -> float:
+        """The rest of the budget after `first_read` (`max_windows` windows in all): a text that
+        fits in `max_windows` windows whole; a longer one at its head and its tail (`EDGE_TOKENS`
+        each) and then over the next suspicious ranges after the first, while the budget lasts."""
+        budget = self.max_windows
+        head_chars = budget * WINDOW_TOKENS * 6
+        pieces = self.windows(model_text(raw[:head_chars]), budget + 1)
+        if len(pieces) > budget or len(raw) > head_chars:
+            pieces = self.spread(raw, pieces[0], lambda: list(suspects())[1:], room=budget - 2)
+        pieces = [w for w in pieces if len(w.ids) > 2]
+        return max(self.probabilities(pieces), default=0.0)
+
+    def spread(self, raw: str, first: Window, suspects: Callable[[], Sequence[tuple[int, int]]],
+               room: int | None = None) -> list[Window]:
         """The windows of a text longer than the budget, `max_windows` x `WINDOW_TOKENS` tokens
         at most: its head and its tail (`EDGE_TOKENS` each; `first` is the text's first full
         window), then one full window over the middle of each raw-text range `suspects()` gives (most
         suspicious first; called only when the budget leaves room, since ranking them costs a pass
-        of the cheap detectors)."""
+        of the cheap detectors), `room` of them (default: the rest of the budget)."""
         edge = EDGE_TOKENS - 2
         tail_text = model_text(raw[-WINDOW_TOKENS * 4 :])
         enc = self.tokenizer.encode(tail_text, add_special_tokens=False)
         tail_start = enc.offsets[-edge][0] if len(enc.ids) >= edge else 0
         chosen = [Window((self._cls, *first.ids[1 : 1 + edge], self._sep), first.start),
                   Window((self._cls, *enc.ids[-edge:], self._sep), tail_start)]
-        room = self.max_windows - 1  # full windows left after the two half ones
+        room = self.max_windows - 1 if room is None else room  # full windows left after the two half ones
         if room > 0:
             for start, end in suspects():
                 got = [w for w in self.windows(model_text(raw[max(0, start) : end]), 1, centre=True) if len(w.ids) > 2]

@@ -81,7 +81,13 @@ def build_guard(config: PromptGuardConfig, base_dir: Path | None = None, native:
         classifier=config.detectors.classifier,
         neural=config.detectors.neural,
     )
-    return Guard(rules, model, settings, config.disabled_rules, native, onnx, neural)
+    combination = None
+    if neural is not None and model is not None and "classifier" not in config.disabled_rules:
+        from plugins.prompt_guard.combination import for_models
+
+        combination = for_models(getattr(neural, "onnx_sha256", None),
+                                 _path(config.classifier_model, DEFAULT_MODEL, base_dir))
+    return Guard(rules, model, settings, config.disabled_rules, native, onnx, neural, combination)
 
 
 class PromptGuardPlugin(Plugin):

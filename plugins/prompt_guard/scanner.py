@@ -11,8 +11,12 @@ injected paragraph is not diluted by a long benign document around it.
 The neural detector (`neural`, id `classifier.neural`, P6) reads each scanned piece by token
 windows: the whole piece when it fits its window budget, else the head, the tail and the parts
 the cheap detectors find most suspicious (in the best chunks, one window centred on each of the
-n-gram model's best windows). While it is on, the n-gram classifier only chooses where the
-neural model reads; the verdict is the neural model's with the rules and heuristics.
+n-gram model's best windows). With the shipped models, the n-gram model's and the neural model's
+opinions are combined by the logistic model fitted on validation data (`combination`), and the
+neural model reads as a cascade: only items the cheap stage finds worth reading, first one
+window, then the rest of its budget when that window leaves the verdict open. With other models
+(no fitted combination) the n-gram classifier only chooses where the neural model reads; the
+verdict is the neural model's with the rules and heuristics.
 An optional operator-supplied ONNX model (`onnx_backend`, id `classifier.onnx`) reads each
 scanned piece as written and adds its probability to the piece's evidence; without one,
 nothing of it runs or is imported.
@@ -21,7 +25,7 @@ nothing of it runs or is imported.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -37,6 +41,7 @@ except ImportError:  # pragma: no cover - depends on the install having had a C 
     native_scan = None
 
 if TYPE_CHECKING:  # the backend modules are imported only when a model is configured
+    from plugins.prompt_guard.combination import Combination
     from plugins.prompt_guard.neural import Detector
     from plugins.prompt_guard.onnx_backend import OnnxClassifier
 
@@ -118,6 +123,7 @@ class Guard:
         native: bool = True,
         onnx: OnnxClassifier | None = None,
         neural: Detector | None = None,
+        combination: Combination | None = None,
     ) -> None:
         rules = list(rules)
         self.disabled = frozenset(disabled)
@@ -132,6 +138,8 @@ class Guard:
         self.neural = neural if settings.neural and NEURAL_ID not in self.disabled else None
         self._classify = settings.classifier and model is not None and CLASSIFIER_ID not in self.disabled
         """whether the n-gram model scores (its evidence, and where the neural model reads)"""
+        self.combination = combination if self.neural is not None and self._classify else None
+        """the fitted combination of the n-gram and neural models and the cascade's gates (`combination`)"""
         markers = self.pack.literals | set(heuristics.CHAT_TOKENS) | set(heuristics.ROLE_LINES)
         self._literals = LiteralSearch(markers, native)
         table = model.native_table if model is not None else None
@@ -162,7 +170,58 @@ class Guard:
         return Verdict(verdict, score, ids, truncated)
 
     def _scan_piece(self, raw: str, depth: int = 0) -> list[Evidence]:
-        """Raw-text heuristics, then the best-scoring chunk of the normalised text."""
+        """Raw-text heuristics, then the best-scoring chunk of the normalised text, then (at the
+        top level) the neural model's evidence."""
+        found, best, scored, norm = self.cheap_piece(raw, depth)
+        if self.neural is not None:
+            if depth == 0:
+                found.append(self._neural_evidence(raw, norm, scored, found + best))
+            # Without a fitted combination the n-gram model only chooses where the neural model
+            # reads: on the validation split its floored evidence added false alarms (9.9 % against
+            # 1.2 % without it); with one, its opinion is inside the combined evidence.
+            best = [e for e in best if e.id != CLASSIFIER_ID]
+        return [e for e in found + best if e.id not in self.disabled]
+
+    def _neural_evidence(self, raw: str, norm: str, scored: list[tuple[float, float, int]],
+                         cheap: list[Evidence]) -> Evidence:
+        """The neural model's evidence, combined with the n-gram model's opinion when a combination
+        is fitted for them, read as a cascade (see `combination`)."""
+        assert self.neural is not None
+        ranked: list[list[tuple[int, int]]] = []
+
+        def suspects() -> list[tuple[int, int]]:  # ranked only when the text exceeds what is read whole
+            if not ranked:
+                ranked.append(self._suspect_spans(raw, norm, scored))
+            return ranked[0]
+
+        combo = self.combination
+        if combo is None:
+            return Evidence(NEURAL_ID, self.neural.evidence(self.neural.probability(raw, suspects)))
+        ngram = max((logit for _, logit, _ in scored), default=-math.inf)
+        rest = combine(e for e in cheap if e.id != CLASSIFIER_ID and e.id not in self.disabled)
+        margin = self.read_neural(raw, suspects, ngram, rest)
+        # Named by the neural model when it alone would block, else by the n-gram model, whose word
+        # then decided (the combination's line across both scores).
+        return Evidence(NEURAL_ID if margin is not None and margin >= 0 else CLASSIFIER_ID, combo.evidence(ngram, margin))
+
+    def read_neural(self, raw: str, suspects: Callable[[], list[tuple[int, int]]], ngram: float,
+                    cheap: float) -> float | None:
+        """The cascade: the neural model's margin on `raw`, or None when the cheap stage (`ngram`,
+        the n-gram logit; `cheap`, the rules' and heuristics' score) finds it not worth reading."""
+        combo, neural = self.combination, self.neural
+        assert combo is not None and neural is not None
+        if not combo.reads(ngram, cheap, len(raw)):
+            return None
+        probability, more = neural.first_read(raw, suspects)
+        margin = neural.margin(probability)
+        if more and combo.reads_on(ngram, margin):
+            margin = max(margin, neural.margin(neural.second_read(raw, suspects)))
+        return margin
+
+    def cheap_piece(self, raw: str, depth: int = 0) -> tuple[list[Evidence], list[Evidence], list[tuple[float, float, int]], str]:
+        """The cheap detectors on one piece: the raw-text evidence (heuristics, decoded payloads,
+        an operator's ONNX model), the best chunk's evidence (rules, heuristics, n-gram model), each
+        chunk's (cheap score, n-gram logit, start) and the normalised text."""
         found: list[Evidence] = []
         norm, invisible = fold(raw)
         if self.settings.heuristics and depth == 0:
@@ -186,16 +245,7 @@ class Guard:
             scored.append((score, logit, index * step))
             if score > best_score:
                 best, best_score = evidence, score
-        if self.neural is not None:
-            if depth == 0:
-                def suspects() -> list[tuple[int, int]]:  # scored only when the text exceeds the window budget
-                    return self._suspect_spans(raw, norm, scored)
-
-                found.append(Evidence(NEURAL_ID, self.neural.evidence(self.neural.probability(raw, suspects))))
-            # With the neural detector on, the n-gram model only chooses where it reads: on the
-            # validation split its evidence added false alarms (9.9 % against 1.2 % without it).
-            best = [e for e in best if e.id != CLASSIFIER_ID]
-        return [e for e in found + best if e.id not in self.disabled]
+        return found, best, scored, norm
 
     def _suspect_spans(self, raw: str, norm: str, scored: list[tuple[float, float, int]]) -> list[tuple[int, int]]:
         """Raw-text ranges the neural model should read first (normalised offsets scaled to the

@@ -66,8 +66,12 @@ class Recorder:
 
 
 def guard_with(recorder: Recorder, **settings: object) -> object:
+    """The guard reading its whole budget at once, as it reads with any model that has no fitted
+    combination (`high_recall`, a `model_dir`); the shipped pair's cascade reads in two steps, each
+    within the same budget (tests/unit/test_guard_combination.py)."""
     guard = build_guard(PromptGuardConfig.model_validate({"type": "prompt_guard", **settings}))
     guard.neural = recorder.detector
+    guard.combination = None
     return guard
 
 
@@ -381,6 +385,7 @@ def test_the_window_budget_is_measured_on_validation_rows_only(tmp_path: Path) -
     read: list[int] = []
     text = "".join(f"Item {i}. {PROSE}" for i in range(30))  # ~25 windows, no two alike
     guard = build_guard(PromptGuardConfig(type="prompt_guard"))
+    guard.combination = None  # the budget of the whole read (the cascade's second step reads the same)
     guard.neural = CachedDetector(base, 8, cache, read)
     guard.scan(text)
     assert len(cache) == 2 + 7 and read == [sum(len(w) for w in cache)] and read[0] <= 8 * WINDOW_TOKENS
