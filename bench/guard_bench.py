@@ -6,8 +6,13 @@ held-out accuracy per file, source and language, 4 KB latency, the time of a 1 M
 the model's load time; one core (onnxruntime runs single-threaded).
 
     .venv/bin/python bench/guard_bench.py [--earlier-model DIR] [--wide] [--out bench/results/guard.md] [--quick]
+    .venv/bin/python bench/guard_bench.py --detectors [--out bench/results/guard_detectors.md]
+    .venv/bin/python bench/guard_bench.py --latency [--out bench/results/guard_latency.md]
 
-Writes a Markdown table (with the date, `uname -m` and the CPU model) and prints it.
+Writes a Markdown table (with the date, `uname -m` and the CPU model) and prints it. `--detectors`
+instead writes the per-source table of each detector alone beside their combination (issue 36), in
+one run; `--latency` the latency of the cascade against reading every item, on this CPU, with its
+flags and the load average.
 """
 
 from __future__ import annotations
@@ -15,16 +20,20 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
+import os
 import platform
+import re
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from plugins.prompt_guard.config import PromptGuardConfig
-from plugins.prompt_guard.evaluation import Row, Tally, load_rows, pct
+from plugins.prompt_guard.evaluation import Row, Tally, detector_scores, load_rows, pct
 from plugins.prompt_guard.neural import DEFAULT_DIR, WINDOW_TOKENS, NeuralDetector, Window
 from plugins.prompt_guard.plugin import build_guard
+from plugins.prompt_guard.scanner import CLASSIFIER_ID, combine
 
 ROOT = Path(__file__).resolve().parent
 HELDOUT = ROOT / "data" / "guard_heldout.jsonl"
@@ -63,6 +72,22 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def cpu_flags() -> str:
+    """The CPU's vector flags that decide the int8 kernels' speed (docs/model_card.md)."""
+    try:
+        found = set(re.findall(r"avx512[a-z_]*|avx2|avx_vnni", Path("/proc/cpuinfo").read_text()))
+    except OSError:
+        return "unknown"
+    return " ".join(sorted(found)) or "none"
+
+
+def load_average() -> str:
+    try:
+        return " / ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 def model_alone(detector: NeuralDetector, rounds: int) -> float:
@@ -131,14 +156,188 @@ def slices(rows: list[Row], scan: Callable[[str], bool]) -> dict[str, Tally]:
     return groups
 
 
+def _noisy_or(a: float, b: float) -> float:
+    return 1.0 - (1.0 - a) * (1.0 - b)
+
+
+def _sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(min(z, 60.0), -60.0)))
+
+
+DETECTOR_COLUMNS = ("rules", "heuristics", "n-gram alone", "neural alone", "cheap together", "before issue 36",
+                    "combination (shipped)")
+
+
+def detectors_report(out: Path) -> None:
+    """Per held-out file, source, language (and AgentDojo attack): each detector alone and the shipped
+    combination, in one run. Thresholds: rules, heuristics and the cheap detectors together at 0.5
+    (their shipped meaning); the n-gram model alone at the logit `combination.json` records (chosen on
+    validation, as the neural model's threshold was: at most 1 % of each validation slice's benign
+    tool output); the neural model alone at its own threshold, reading its whole budget; "before issue
+    36": the neural model's evidence with the rules and heuristics, the n-gram model not counted (the
+    default until 2026-12-05); the combination: the shipped guard's verdict (`Guard.scan`)."""
+    from plugins.prompt_guard.combination import DEFAULT_FILE
+
+    card = json.loads(DEFAULT_FILE.read_text())
+    ngram_gate = card["alone"]["ngram_logit"]
+    guard = build_guard(PromptGuardConfig(type="prompt_guard"))
+    assert guard.combination is not None, "the shipped models have no fitted combination"
+    groups: dict[tuple[str, str], dict[str, Tally]] = {}
+    read = Tally()
+    started = time.perf_counter()
+    for label, path in HELDOUT_FILES.items():
+        for line in path.read_text(encoding="utf-8").split("\n"):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if row.get("kind") == "prompt":
+                continue
+            text = row["text"]
+            s = detector_scores(guard, text)
+            full = s.full if s.full is not None else -math.inf
+            votes = {
+                "rules": s.rules >= 0.5,
+                "heuristics": s.heuristics >= 0.5,
+                "n-gram alone": s.ngram >= ngram_gate,
+                "neural alone": full >= 0,
+                "cheap together": s.previous >= 0.5,
+                "before issue 36": _noisy_or(s.cheap, _sigmoid(full)) >= 0.5,
+                "combination (shipped)": guard.scan(text).blocked,
+            }
+            keys = ["all", f"source {row.get('source')}"]
+            if row.get("lang"):
+                keys.append(f"lang {row['lang']}")
+            if row.get("attack"):
+                keys.append(f"attack {row['attack']}")
+            for key in keys:
+                cells = groups.setdefault((label, key), {name: Tally() for name in DETECTOR_COLUMNS})
+                for name, blocked in votes.items():
+                    cells[name].add(row["label"], blocked)
+    seconds = time.perf_counter() - started
+    lines = [
+        "# prompt_guard: each detector alone and the combination (held-out tool output)",
+        "",
+        f"{datetime.date.today().isoformat()} · `{platform.machine()}` · {cpu_model()} · flags {cpu_flags()} · "
+        f"Python {platform.python_version()} · one run, {seconds:.0f} s · load average at the end {load_average()}",
+        "",
+        f"Thresholds: rules, heuristics and the cheap detectors together (the previous scorer) at 0.5; the n-gram "
+        f"model alone at logit {ngram_gate:.3f} (chosen on validation: at most 1 % of each validation slice's benign "
+        "tool output); the neural model alone at its own threshold, reading its whole budget; before issue 36: the "
+        "neural model's evidence with the rules and heuristics, the n-gram model not counted; the combination: the "
+        "shipped guard (`combination.json`, fitted on validation rows only). Cells: recall / FPR.",
+        "",
+        "| file | slice | injection | benign | " + " | ".join(DETECTOR_COLUMNS) + " |",
+        "|---|---|---|---|" + "---|" * len(DETECTOR_COLUMNS),
+    ]
+    for (label, key), cells in sorted(groups.items(), key=lambda kv: (list(HELDOUT_FILES).index(kv[0][0]),
+                                                                      kv[0][1] != "all", kv[0][1])):
+        m = cells[DETECTOR_COLUMNS[0]].metrics()
+        lines.append(f"| {label} | {key} | {m['injection']} | {m['benign']} | " + " | ".join(
+            f"{pct(c.metrics()['recall'])} / {pct(c.metrics()['fpr'])}" for c in cells.values()) + " |")
+    text = "\n".join(lines) + "\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    print(text)
+
+
+def padded(rows: list[Row], filler: str, size: int = 4096) -> list[str]:
+    """Held-out injected tool outputs, each in the middle of benign held-out text, cut to `size` characters."""
+    out = []
+    for i, row in enumerate(r for r in rows if r.label == "injection" and r.kind in TOOL_KINDS and len(r.text) < size):
+        pad = size - len(row.text)
+        start = (i * 977) % max(1, len(filler) - size)
+        out.append(filler[start : start + pad // 2] + row.text + filler[start + pad // 2 : start + pad - pad // 2])
+    return out
+
+
+def latency_report(out: Path, quick: bool) -> None:
+    """The cascade (shipped) against the full read (the guard as it read before issue 36) and the
+    cheap detectors alone: 4 KB benign and injected items, p50/p99, and a 1 MB document; the CPU,
+    its flags and the load average before and after each row."""
+    rows = load_rows(HELDOUT)
+    small, big = corpus(rows)
+    injected = padded(rows, "\n".join(small))[:200]
+    shipped = build_guard(PromptGuardConfig(type="prompt_guard"))
+    before = build_guard(PromptGuardConfig(type="prompt_guard"))
+    before.combination = None
+    cheap = build_guard(PromptGuardConfig(type="prompt_guard", detectors={"neural": False}))
+    detector = shipped.neural
+    kernel = model_alone(detector, 5 if quick else 50)
+    one = Window(tuple(range(1000, 1000 + WINDOW_TOKENS)), 0)
+    single = statistics.median(_timed(lambda: detector.probabilities([one]), 5 if quick else 50))
+    rounds = 2 if quick else 10
+    lines = [
+        "# prompt_guard latency: the cascade against reading every item",
+        "",
+        f"{datetime.date.today().isoformat()} · `{platform.machine()}` · {cpu_model()} · Python {platform.python_version()} · "
+        "one core (single process, onnxruntime single-threaded)",
+        "",
+        f"CPU flags: {cpu_flags()}. The shipped model alone: {1000 * single:.1f} ms for one window of {WINDOW_TOKENS} "
+        f"tokens, {kernel:.1f} ms for two in one batch (medians).",
+        "",
+        "| guard | CPU, flags | load average before | 4 KB benign p50 | p99 | 4 KB injected p50 | p99 | 1 MB document | load average after |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, guard in (("shipped: combination + cascade", shipped),
+                        ("before issue 36: the model reads every item (2 windows)", before),
+                        ("cheap detectors alone (`neural: false`)", cheap)):
+        latencies(guard.scan, small[:20] + injected[:20], 1)  # warm-up
+        load_before = load_average()
+        benign = sorted(latencies(guard.scan, small, rounds))
+        hostile = sorted(latencies(guard.scan, injected, rounds))
+        [mbps] = throughputs([guard.scan], big, 3 if quick else 7)
+        p = lambda xs, q: 1e3 * xs[int(q * (len(xs) - 1))]  # noqa: E731
+        lines.append(f"| {name} | {cpu_model()}, {cpu_flags()} | {load_before} | {p(benign, 0.5):.2f} ms | "
+                     f"{p(benign, 0.99):.2f} ms | {p(hostile, 0.5):.2f} ms | {p(hostile, 0.99):.2f} ms | "
+                     f"{1000 * len(big.encode('utf-8')) / 1e6 / mbps:.0f} ms | {load_average()} |")
+        print(lines[-1], flush=True)
+    reads = [0, 0, 0]
+    for text in small:
+        found, best, scored, norm = shipped.cheap_piece(text)
+        ngram = max((logit for _, logit, _ in scored), default=-math.inf)
+        combo = shipped.combination
+        rest = combine(e for e in found + best if e.id != CLASSIFIER_ID)
+        if not combo.reads(ngram, rest, len(text)):
+            reads[0] += 1
+            continue
+        p1, more = detector.first_read(text, lambda: shipped._suspect_spans(text, norm, scored))
+        reads[2 if more and combo.reads_on(ngram, detector.margin(p1)) else 1] += 1
+    lines += ["", f"Of the {len(small)} benign 4 KB items the model read {reads[0]} not at all, {reads[1]} in one window, "
+              f"{reads[2]} in its whole budget. Items: {len(small)} different 4 KB benign held-out tool results and "
+              f"{len(injected)} held-out injected tool outputs each set in the middle of benign held-out text to 4 KB, "
+              f"x {rounds} rounds, each item's time the median of its rounds, p50/p99 across the items; 1 MB: the "
+              "held-out benign tool results joined, median of the scans.", ""]
+    text = "\n".join(lines)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    print(text)
+
+
+def _timed(call: Callable[[], object], rounds: int) -> list[float]:
+    call()
+    times = []
+    for _ in range(rounds):
+        began = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - began)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "guard.md")
+    parser.add_argument("--out", type=Path)
     parser.add_argument("--quick", action="store_true", help="fewer rounds (smoke run)")
     parser.add_argument("--earlier-model", type=Path, help="a neural model folder to measure beside the shipped one")
     parser.add_argument("--earlier-name", default="the earlier model", help="its name in the tables")
     parser.add_argument("--wide", action="store_true", help=f"also the shipped model at `max_windows: {WIDE_BUDGET}`")
+    parser.add_argument("--detectors", action="store_true", help="the per-detector table (issue 36) only")
+    parser.add_argument("--latency", action="store_true", help="the cascade's latency table only")
     args = parser.parse_args()
+    if args.detectors:
+        return detectors_report(args.out or ROOT / "results" / "guard_detectors.md")
+    if args.latency:
+        return latency_report(args.out or ROOT / "results" / "guard_latency.md", args.quick)
+    args.out = args.out or ROOT / "results" / "guard.md"
     loads = []
     for _ in range(3):
         began = time.perf_counter()
@@ -151,9 +350,13 @@ def main() -> None:
         return lambda t: guard.scan(t).blocked
 
     budget = PromptGuardConfig(type="prompt_guard").neural.max_windows
+    before = build_guard(PromptGuardConfig(type="prompt_guard"))
+    before.combination = None
     scanners: list[tuple[str, str, Callable[[str], bool]]] = [
-        (f"prompt_guard, shipped default (neural detector, {budget} windows a text, + cheap detectors)", "shipped",
-         guard_of())]
+        (f"prompt_guard, shipped default (combination of every detector, cascade, neural budget {budget} windows)",
+         "shipped", guard_of()),
+        ("before issue 36 (the neural model reads every item, the n-gram model not counted)", "before",
+         lambda t: before.scan(t).blocked)]
     if args.earlier_model:
         scanners.append((f"the same guard with {args.earlier_name} (`neural.model_dir`)", args.earlier_name,
                          guard_of(neural={"model_dir": str(args.earlier_model.resolve())})))
