@@ -81,6 +81,7 @@ class Gateway:
         self.limits = build_limits(config.limits, config.base_dir, self.secrets, self.metrics.registry,
                                    hold_seconds=config.server.request_timeout_seconds + 60)
         upstreams = {u.name: _upstream(u, config, self.http, self.secrets) for u in config.upstreams}
+        self._upstreams = list(upstreams.values())
         composites = {r.model: _deployments(r, upstreams, self.metrics, random) for r in config.routes}
         fallbacks = {r.model: r.fallbacks for r in config.routes}
         for model, composite in composites.items():
@@ -106,4 +107,6 @@ class Gateway:
                 await route.chain.stop()
         finally:
             await self.limits.close()
+            for upstream in self._upstreams:  # their own connections (the lean HTTP client's)
+                await upstream.aclose()
             await self.http.aclose()

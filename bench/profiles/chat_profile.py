@@ -60,7 +60,7 @@ def package(path: str) -> str:
     return path if parts[0] == "gateway" else parts[0].removesuffix(".py")
 
 
-def summarise(raw: str, title: str, rate: float, top: int = 25) -> str:
+def summarise(raw: str, title: str, rate: float, requests: int, top: int = 25) -> str:
     """Self and cumulative time per function from py-spy's collapsed stacks."""
     own: collections.Counter[str] = collections.Counter()
     cumulative: collections.Counter[str] = collections.Counter()
@@ -83,7 +83,8 @@ def summarise(raw: str, title: str, rate: float, top: int = 25) -> str:
         by_package[package(frames[-1][1])] += count
         for name in dict.fromkeys(name for name, _ in frames):
             cumulative[name] += count
-    lines = [f"### {title}", "", f"{total} samples ({total / rate:.1f} s of CPU at {rate:g}/s).", "",
+    lines = [f"### {title}", "", f"{total} samples at {rate:g}/s, {total / requests:.2f} a request (a sample is taken whenever the "
+             "process is not idle: on a loaded machine, waiting for a core counts too; the shares hold).", "",
              "| self | function (file) |", "|---|---|"]
     lines += [f"| {count / total:.1%} | `{name}` |" for name, count in own.most_common(top)]
     lines += ["", "| cumulative | function (file) |", "|---|---|"]
@@ -100,6 +101,7 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=250)
     parser.add_argument("--apis", default="chat,responses,messages")
     parser.add_argument("--modes", default="json,stream")
+    parser.add_argument("--tree", type=Path, default=None, help="profile the gateway of another checkout (as bench/overhead.py --before)")
     args = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     python = sys.executable
@@ -107,13 +109,14 @@ def main() -> int:
     procs: list[Proc] = []
     sections = []
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    commit = f"{commit} (the gateway from {args.tree})" if args.tree else commit
     try:
         port = free_port()
         stub = Proc([python, "-m", "uvicorn", "--factory", "bench.stub:create_app", "--port", str(port), "--log-level", "warning"],
                     f"http://127.0.0.1:{port}", "/health")
         procs.append(stub.start())
         (tmp / "gw.yaml").write_text(gateway_config(stub.url))
-        gw = gateway_proc(python, tmp / "gw.yaml")
+        gw = gateway_proc(python, tmp / "gw.yaml", args.tree.resolve() if args.tree else None)
         procs.append(gw.start())
         assert gw.proc is not None
         for api in args.apis.split(","):
@@ -132,13 +135,13 @@ def main() -> int:
                 sampler.wait(60)
                 raw = out.read_text() if out.exists() else ""
                 title = f"{api}, {mode}: {args.requests} requests at c=50, {rps:.0f} req/s under the sampler, load average {load_avg:.1f}"
-                sections.append(summarise(raw, title, args.rate))
+                sections.append(summarise(raw, title, args.rate, args.requests))
                 print(title, out, flush=True)
     finally:
         for proc in reversed(procs):
             proc.stop()
     head = (f"# Chat-path profile: {args.name}\n\nRecorded {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit {commit} "
-            f"on {machine()} by `python bench/profiles/chat_profile.py --name {args.name}` (py-spy {args.rate}/s, "
+            f"on {machine()} by `python bench/profiles/chat_profile.py --name {args.name}{' --tree ' + str(args.tree) if args.tree else ''}` (py-spy {args.rate}/s, "
             "on-CPU samples of the `toolgate serve` process only, functions aggregated across lines). Self: the function was "
             "running; cumulative: it was on the stack.\n")
     (Path(__file__).parent / f"{args.name}.md").write_text(head + "\n" + "\n\n".join(sections) + "\n")

@@ -1,4 +1,6 @@
-"""The native fast path: any OpenAI-compatible base over one shared `httpx2.AsyncClient`."""
+"""The native fast path: any OpenAI-compatible base, over the lean HTTP/1.1 client where it
+applies (`http://`, no proxy, no request hooks: gateway.upstream.http11) and the shared
+`httpx2.AsyncClient` otherwise."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import httpx2
 
 from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.upstream.base import check_chunk, check_completion, error_for_status
+from gateway.upstream.http11 import Http11Pool, Origin, Response
 
 
 UNANSWERED = (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)
@@ -33,6 +36,13 @@ class OpenAICompatUpstream:
         self._timeout = httpx2.Timeout(timeout, connect=min(timeout, 10.0))
         self._timeout_s = timeout
         self._http = http
+        self._origin = Origin(self._url)
+        self._head = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in
+                              {**self._headers, "accept": "*/*", "user-agent": "toolgate"}.items())
+        self._leanable = Http11Pool.serves(self._url)
+        self._lean: Http11Pool | None = None
+        """Made on the first call that can use it: `_leanable`, and no request hooks on the shared
+        client (checked per call: tracing adds its traceparent hook after the upstreams are built)."""
 
     def _transport_error(self, exc: httpx2.HTTPError) -> Exception:
         if isinstance(exc, httpx2.TimeoutException):
@@ -45,6 +55,11 @@ class OpenAICompatUpstream:
         payload = json.dumps(body).encode()
         try:
             response = await self._send(payload, stream=False)
+            if isinstance(response, Response):
+                try:
+                    await response.aread()
+                finally:
+                    await response.aclose()
         except httpx2.HTTPError as exc:
             raise self._transport_error(exc) from None
         if response.status_code >= 400:
@@ -55,8 +70,14 @@ class OpenAICompatUpstream:
             raise UpstreamError(f"upstream '{self.name}' returned a body that is not JSON") from None
         return check_completion(self.name, data)
 
-    async def _send(self, payload: bytes, *, stream: bool) -> httpx2.Response:
-        """POST `payload`; once more if the connection failed before any response (`UNANSWERED`)."""
+    async def _send(self, payload: bytes, *, stream: bool) -> httpx2.Response | Response:
+        """POST `payload`; once more if the connection failed before any response (`UNANSWERED`).
+        A lean `Response` (plain HTTP) has its head read; its body is the caller's to read and close."""
+        if self._leanable and not self._http.event_hooks["request"]:
+            if self._lean is None:
+                self._lean = Http11Pool()
+            return await self._lean.post(self._origin, self._head, payload,
+                                         connect_timeout=min(self._timeout_s, 10.0), read_timeout=self._timeout_s)
         request = self._http.build_request("POST", self._url, content=payload, headers=self._headers, timeout=self._timeout)
         try:
             return await self._http.send(request, stream=stream)
@@ -101,7 +122,9 @@ class OpenAICompatUpstream:
         return check_chunk(self.name, chunk)
 
     async def aclose(self) -> None:
-        """The shared client belongs to the app; nothing to close here."""
+        """Close the lean client's connections (the shared `httpx2` client belongs to the app)."""
+        if self._lean is not None:
+            await self._lean.aclose()
 
 
 class SseEvents:
