@@ -13,6 +13,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp_types import HEADER_MISMATCH
 
 from gateway.mcp.connection import McpConnection, Operation
+from gateway.mcp.lean import can_lean, lean_call
 from gateway.mcp.target import sdk_timeout
 from gateway.tracing import mcp_call_span, record_tool_result
 
@@ -75,7 +76,8 @@ def relay_tool_call(
     """An operation for a relay (the Bridge): the call alone, one request. `Client.call_tool` would
     list the tools first on every new session (to validate the output and mirror `Mcp-Param`
     headers); the end client validates what is relayed. A server that answers `HEADER_MISMATCH`
-    gets the SDK's list-then-call path, for that tool from then on (`needs_listing` remembers)."""
+    gets the SDK's list-then-call path, for that tool from then on (`needs_listing` remembers). On
+    a 2026-07-28 HTTP session the call is one POST made without the SDK's transport (lean.py)."""
 
     async def operation(connection: McpConnection, client: mcp.Client) -> types.CallToolResult:
         with mcp_call_span("tools/call", name, server_of(connection), arguments) as span:  # O3
@@ -85,8 +87,11 @@ def relay_tool_call(
 
     async def relayed(connection: McpConnection, client: mcp.Client) -> types.CallToolResult:
         if name not in needs_listing:
-            request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
             try:
+                if can_lean(client, connection.watch.lean):
+                    assert connection.watch.lean is not None
+                    return await lean_call(client, connection.watch.lean, name, arguments, progress)
+                request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
                 return await client.session.send_request(
                     request, types.CallToolResult, request_read_timeout_seconds=sdk_timeout(timeout),
                     progress_callback=progress,

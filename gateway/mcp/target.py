@@ -36,6 +36,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from gateway.egress import DestinationRefused, EgressPolicy
 from gateway.mcp.bounds import BoundedTransport
 from gateway.mcp.errors import SESSION_ENDED
+from gateway.mcp.lean import LeanHttp
 from gateway.mcp.reuse import DrainingTransport, wrap_transports
 
 log = logging.getLogger("toolgate.mcp")
@@ -109,6 +110,9 @@ class SessionWatch:
 
     ended: bool = False
     status: int | None = None
+    lean: LeanHttp | None = None
+    """How the session's requests reach its HTTP server, for a call made without the SDK's
+    transport (lean.py); None for stdio."""
 
 
 _WATCH: contextvars.ContextVar[SessionWatch | None] = contextvars.ContextVar("toolgate_mcp_session_watch", default=None)
@@ -256,10 +260,14 @@ class McpClients:
             transport: Any = stdio_parameters(target.command, target.cwd)
         else:
             assert target.endpoint is not None
+            http = self.http(target.auth_header, target.guarded)
             transport = streamable_http_client(
-                target.endpoint, http_client=self.http(target.auth_header, target.guarded),
+                target.endpoint, http_client=http,
                 max_sse_event_size=self.max_answer_bytes,  # a backstop: the transport's bound cuts first
             )
+            watch = _WATCH.get()
+            if watch is not None:  # the session's own requests may go out without the SDK's transport (lean.py)
+                watch.lean = LeanHttp(http, target.endpoint, self.max_answer_bytes)
         known = self._discovered.get(target.key)
         mode: str = target.protocol if known is None else known.mode
         extra: dict[str, Any] = dict(options or {})
