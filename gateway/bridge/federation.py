@@ -108,6 +108,9 @@ class Federation:
         self._api_endpoint_allowed = api_endpoint_allowed
         self._owned: dict[tuple[str, ...], tuple[float, int, list[ConnectionRecord]]] = {}
         """Connections by owner set: (when listed, `Upstreams.changes` then, the records)."""
+        self._name_maps: dict[tuple[object, str], tuple[list[types.Tool], ToolNameMap]] = {}
+        """Per connection and prefix: the tool list a name map was built from, and the map (built
+        again only when the connection's listing is new, not on every call)."""
 
     async def _owned_by(self, owners: tuple[str, ...], fresh: bool) -> tuple[list[ConnectionRecord], bool]:
         """The connections of `owners` and whether they came from the cache (a store query per
@@ -188,6 +191,18 @@ class Federation:
             resolved = await self._resolve_in(await self.connections(scope, fresh=True), name)
         return resolved
 
+    def _name_map(self, conn: ConnectionRecord, tools: list[types.Tool]) -> ToolNameMap:
+        """The federated names of a connection's listed tools, kept while its listing is the same object."""
+        key = (conn.key, conn.name_prefix)
+        kept = self._name_maps.get(key)
+        if kept is not None and kept[0] is tools:
+            return kept[1]
+        if len(self._name_maps) >= MAX_CACHED_OWNER_SETS:
+            self._name_maps.clear()
+        built = ToolNameMap.build(conn.name_prefix, [t.name for t in callable_tools(tools)])
+        self._name_maps[key] = (tools, built)
+        return built
+
     async def _resolve_in(self, connections: list[ConnectionRecord], name: str) -> ResolvedTool | None:
         candidates = [c for c in connections if not c.name_prefix or name.startswith(c.name_prefix + SEPARATOR)]
         listed = await asyncio.gather(*(self._upstreams.list_tools(c) for c in candidates), return_exceptions=True)
@@ -197,7 +212,7 @@ class Federation:
             if isinstance(tools, BaseException):
                 failed.append(tools)
                 continue
-            upstream = ToolNameMap.build(conn.name_prefix, [t.name for t in callable_tools(tools)]).upstream(name)
+            upstream = self._name_map(conn, tools).upstream(name)
             if upstream is not None:
                 found.append(ResolvedTool(conn, upstream))
         if not found and failed:
