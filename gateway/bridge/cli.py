@@ -17,7 +17,8 @@ from typing import get_args
 from gateway.bridge.audit_api import parse_time
 from gateway.bridge.records import AuditAction, AuditQuery, AuditRecord
 from gateway.bridge.config import BridgeConfig
-from gateway.bridge.store import BridgeStore, StoreUnavailable, is_postgres, open_store, sqlite_path
+from gateway.bridge.store import BridgeStore, StoreUnavailable, is_postgres, sqlite_path
+from gateway.bridge.store_factory import open_store
 from gateway.bridge.validation import GraphInvalid, parse_graph
 from gateway.config import load_checked
 

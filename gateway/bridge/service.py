@@ -38,7 +38,8 @@ from gateway.bridge.gate import CallerGate
 from gateway.bridge.handlers import BridgeHandlers
 from gateway.bridge.offerings import Offerings
 from gateway.bridge.records import BridgeRecord, ConnectionRecord
-from gateway.bridge.store import BridgeStore, StoreUnavailable, is_postgres, open_store
+from gateway.bridge.store import BridgeStore, StoreUnavailable, is_postgres
+from gateway.bridge.store_factory import open_store
 from gateway.bridge.upstream import Upstreams
 from gateway.bridge.sealing import Sealer
 from gateway.bridge.spool import AuditSpool

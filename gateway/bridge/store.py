@@ -2,7 +2,8 @@
 
 `BridgeStore` is the repository interface the rest of the Bridge uses. Two implement it:
 `SqliteStore` (store_sqlite.py: one file, one process) and `PostgresStore` (store_postgres.py:
-shared by every replica). `open_store` picks one from `bridge.database`:
+shared by every replica). `open_store` (store_factory.py, so this module never imports the stores
+that import it) picks one from `bridge.database`:
 
     ./toolgate.db, /var/lib/toolgate.db, :memory:                 SQLite
     sqlite:///toolgate.db (relative), sqlite:////var/lib/toolgate.db    SQLite, SQLAlchemy's spelling
@@ -20,7 +21,6 @@ from gateway.bridge.records import (
     AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord, GraphVersion, ItemKey, SavedGraph,
 )
 from gateway.errors import Unavailable
-from gateway.secrets import SecretSet, resolve_secret
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -97,22 +97,6 @@ def sqlite_path(database: str, base_dir: pathlib.Path) -> str:
         return database
     path = pathlib.Path(database.removeprefix("sqlite:///")).expanduser()
     return str(path if path.is_absolute() else base_dir / path)
-
-
-def open_store(
-    database: str, base_dir: pathlib.Path, *, password: str | None = None, secrets: SecretSet | None = None,
-    pool_size: int = 10,
-) -> BridgeStore:
-    """The store `database` names (not opened yet). `password` is a secret reference (`env:`/`file:`),
-    read now; its value is added to `secrets` so that no log or error shows it."""
-    if is_postgres(database):
-        from gateway.bridge.store_postgres import PostgresStore  # asyncpg is loaded only when used
-
-        value = resolve_secret(password, base_dir, secrets) if password is not None else None
-        return PostgresStore(database, password=value, pool_size=pool_size)
-    from gateway.bridge.store_sqlite import SqliteStore
-
-    return SqliteStore(sqlite_path(database, base_dir))
 
 
 KEPT_VERSIONS = 50

@@ -14,7 +14,8 @@ import pytest
 
 from gateway.bridge.config import BridgeConfig
 from gateway.bridge.records import BridgeRecord
-from gateway.bridge.store import KEPT_VERSIONS, BridgeStore, open_store
+from gateway.bridge.store import KEPT_VERSIONS, BridgeStore
+from gateway.bridge.store_factory import open_store
 from tests.support import postgres
 from tests.support.bridge_servers import BridgeApp, CallLog, audit_flushed, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node, tool_server
 from tests.support.http_server import ServerThread, serve

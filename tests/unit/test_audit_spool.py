@@ -17,7 +17,7 @@ from gateway.bridge.audit import AuditWriter
 from gateway.config import ConfigError, load_config
 from gateway.bridge.records import AuditQuery, AuditRecord
 from gateway.bridge.spool import AuditSpool, SpoolInUse, encode
-from gateway.bridge.store import open_store
+from gateway.bridge.store_factory import open_store
 from gateway.bridge.store_sqlite import SqliteStore
 from tests.support import postgres
 from tests.support.config_files import place, write

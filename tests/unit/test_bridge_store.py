@@ -19,7 +19,8 @@ from prometheus_client import CollectorRegistry
 
 from gateway.bridge.audit import AuditWriter
 from gateway.bridge.records import AuditQuery, AuditRecord, BridgeRecord, ConnectionRecord
-from gateway.bridge.store import BridgeStore, GraphConflict, StoreUnavailable, open_store
+from gateway.bridge.store import BridgeStore, GraphConflict, StoreUnavailable
+from gateway.bridge.store_factory import open_store
 from gateway.bridge.store_postgres import MIGRATIONS, PostgresStore
 from gateway.bridge.store_sqlite import SqliteStore
 from tests.support import postgres

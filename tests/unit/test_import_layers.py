@@ -1,6 +1,7 @@
 """Import layers (issue 37): the gateway's config imports the plugins' specs, so no plugin module may
 import gateway.config (the plugin CLI gets the loader handed in, gateway/plugins.py `commands`);
-only a stand-alone `main()` entry, which the gateway never reaches, may. Read from the source with
+only a stand-alone `main()` entry, which the gateway never reaches, may. And the Bridge's store
+interface never imports the two stores that implement it (gateway/bridge/store_factory.py picks). Read from the source with
 `ast`, every import counted wherever it sits (module level or inside a function)."""
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ def test_no_plugin_module_imports_the_gateway_config_which_imports_the_plugins()
         if module == "gateway.config" and function != "main"
     ]
     assert offenders == []
+
+
+def test_the_store_interface_imports_neither_store_that_implements_it() -> None:
+    # R: D5
+    modules = {module for module, _ in imports(REPO / "gateway" / "bridge" / "store.py")}
+    assert not modules & {"gateway.bridge.store_postgres", "gateway.bridge.store_sqlite"}
 
 
 def test_the_ast_reader_sees_imports_inside_functions(tmp_path: Path) -> None:
