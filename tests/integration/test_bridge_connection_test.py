@@ -5,46 +5,29 @@ connection's last outcome — against the real Bridge over loopback with a real 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from gateway.bridge.config import BridgeConfig
 from gateway.bridge.editor_api import CALL_CHARS
 from gateway.egress import UNUSABLE
 from tests.support import canary
-from tests.support.bridge_servers import BridgeApp, CallLog, audit_flushed, bridge_app, mcp_http, tool_server
-from tests.support.http_server import ServerThread, serve
+from tests.support.bridge_servers import ServedBridge, rest, served_bridge
 
 
-@dataclass
-class World:
-    app: BridgeApp
-    server: ServerThread
-    tools_url: str
-
-    @property
-    def url(self) -> str:
-        return self.server.url
+World = ServedBridge
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    with serve(tool_server(CallLog(), delay=0.0)) as tools:
-        config = BridgeConfig.model_validate({
-            "database": "health.db",
-            "apiEndpointAllowPrivate": ["127.0.0.0/8"],
-            "connections": [{"id": "declared", "owner": "alice", "endpoint": f"{tools.url}/mcp", **canary.connection_auth()}],
-        })
-        app = bridge_app(config, tmp_path_factory.mktemp("health"))
-        with serve(app.app) as bridge:
-            yield World(app, bridge, tools.url)
+    with served_bridge(tmp_path_factory.mktemp("health"), lambda tools: {
+        "database": "health.db",
+        "connections": [{"id": "declared", "owner": "alice", "endpoint": f"{tools}/mcp", **canary.connection_auth()}],
+    }) as found:
+        yield found
 
 
-async def call(world: World, method: str, path: str, key: str = "alice-key", body: Any = None) -> Any:
-    async with mcp_http(key) as http:
-        return await http.request(method, f"{world.url}{path}", json=body)
+call = rest
 
 
 async def health_of(world: World, connection: str) -> Any:
@@ -100,7 +83,7 @@ async def test_a_tool_is_called_with_its_answer_scrubbed_bounded_and_audited(wor
     assert big["text"].startswith("yyy") and big["text"].endswith(f"…[cut: {CALL_CHARS + 10} bytes in all]")
     assert isinstance(big["structuredContent"], str) and "…[cut: " in big["structuredContent"]
 
-    await audit_flushed(world.app, world.server)
+    await world.flushed()
     records = (await call(world, "GET", "/audit?action=connection.tool_call&scope=connection:declared")).json()["data"]
     assert [(r["resource"], r["status"]) for r in records[:4]] == [
         ("echo", "success"), ("echo", "success"), ("boom", "failure"), ("echo", "success")]

@@ -5,48 +5,27 @@ log's scope filter and paging — each scoped to the caller."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from gateway.bridge.config import BridgeConfig
-from tests.support.bridge_servers import BridgeApp, CallLog, audit_flushed, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node, tool_server
-from tests.support.http_server import ServerThread, serve
+from tests.support.bridge_servers import ServedBridge, edge, graph, node, pipeline, rest, served_bridge, tool_node
 
 
-@dataclass
-class World:
-    app: BridgeApp
-    server: ServerThread
-    tools_url: str
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    async def flushed(self) -> None:
-        """Wait (with a deadline) until the audit queue is drained."""
-        await audit_flushed(self.app, self.server)
+World = ServedBridge
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    with serve(tool_server(CallLog(), delay=0.0)) as tools:
-        config = BridgeConfig.model_validate({
-            "database": "editor.db",
-            "apiEndpointAllowPrivate": ["127.0.0.0/8"],
-            "connections": [{"id": "declared", "owner": "alice", "endpoint": f"{tools.url}/mcp"}],
-            "bridges": [{"id": "declared-b", "owner": "alice", "connections": ["declared"]}],
-        })
-        app = bridge_app(config, tmp_path_factory.mktemp("editor"))
-        with serve(app.app) as bridge:
-            yield World(app, bridge, tools.url)
+    with served_bridge(tmp_path_factory.mktemp("editor"), lambda tools: {
+        "database": "editor.db",
+        "connections": [{"id": "declared", "owner": "alice", "endpoint": f"{tools}/mcp"}],
+        "bridges": [{"id": "declared-b", "owner": "alice", "connections": ["declared"]}],
+    }) as found:
+        yield found
 
 
-async def call(world: World, method: str, path: str, key: str = "alice-key", body: Any = None) -> Any:
-    async with mcp_http(key) as http:
-        return await http.request(method, f"{world.url}{path}", json=body)
+call = rest
 
 
 def echo_graph() -> dict[str, Any]:

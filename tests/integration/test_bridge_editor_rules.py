@@ -5,46 +5,29 @@ takes a required `text` and an optional `prefix`)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway.bridge.config import BridgeConfig
-from tests.support.bridge_servers import BridgeApp, CallLog, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node, tool_server
-from tests.support.http_server import ServerThread, serve
+from tests.support.bridge_servers import ServedBridge, edge, graph, mcp_http, node, pipeline, rest, served_bridge, tool_node
 
 
-@dataclass
-class World:
-    app: BridgeApp
-    server: ServerThread
-    tools_url: str
-
-    @property
-    def url(self) -> str:
-        return self.server.url
+World = ServedBridge
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    with serve(tool_server(CallLog(), delay=0.0)) as tools:
-        config = BridgeConfig.model_validate({
-            "database": "rules.db",
-            "apiEndpointAllowPrivate": ["127.0.0.0/8"],
-            "connections": [{"id": "tools", "owner": "alice", "endpoint": f"{tools.url}/mcp"}],
-            "bridges": [{"id": "rules", "owner": "alice", "connections": ["tools"]}],
-        })
-        app = bridge_app(config, tmp_path_factory.mktemp("rules"))
-        with serve(app.app) as bridge:
-            yield World(app, bridge, tools.url)
+    with served_bridge(tmp_path_factory.mktemp("rules"), lambda tools: {
+        "database": "rules.db",
+        "connections": [{"id": "tools", "owner": "alice", "endpoint": f"{tools}/mcp"}],
+        "bridges": [{"id": "rules", "owner": "alice", "connections": ["tools"]}],
+    }) as found:
+        yield found
 
 
-async def call(world: World, method: str, path: str, key: str = "alice-key", body: Any = None) -> Any:
-    async with mcp_http(key) as http:
-        return await http.request(method, f"{world.url}{path}", json=body)
+call = rest
 
 
 def echo(config: dict[str, Any] | None = None, wired: bool = True, tool: str = "echo", connection: str = "tools") -> dict[str, Any]:

@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.bridge.config import BridgeConfig
 from gateway.bridge.records import BridgeRecord
 from gateway.bridge.store import KEPT_VERSIONS, BridgeStore
 from gateway.bridge.store_factory import open_store
 from tests.support import postgres
-from tests.support.bridge_servers import BridgeApp, CallLog, audit_flushed, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node, tool_server
-from tests.support.http_server import ServerThread, serve
+from tests.support.bridge_servers import ServedBridge, edge, graph, node, pipeline, rest, served_bridge, tool_node
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -68,33 +65,20 @@ async def test_a_refused_save_keeps_no_version(store: BridgeStore) -> None:
     assert [v.version for v in await store.graph_versions(key)] == [1]
 
 
-@dataclass
-class World:
-    app: BridgeApp
-    server: ServerThread
-
-    @property
-    def url(self) -> str:
-        return self.server.url
+World = ServedBridge
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    with serve(tool_server(CallLog(), delay=0.0)) as tools:
-        config = BridgeConfig.model_validate({
-            "database": "versions.db",
-            "connections": [{"id": "tools", "owner": "alice", "endpoint": f"{tools.url}/mcp"}],
-            "bridges": [{"id": "vb", "owner": "alice", "connections": ["tools"]}],
-        })
-        app = bridge_app(config, tmp_path_factory.mktemp("versions"))
-        with serve(app.app) as bridge:
-            yield World(app, bridge)
+    with served_bridge(tmp_path_factory.mktemp("versions"), lambda tools: {
+        "database": "versions.db",
+        "connections": [{"id": "tools", "owner": "alice", "endpoint": f"{tools}/mcp"}],
+        "bridges": [{"id": "vb", "owner": "alice", "connections": ["tools"]}],
+    }) as found:
+        yield found
 
 
-async def call(world: World, method: str, path: str, key: str = "alice-key", body: Any = None,
-               headers: dict[str, str] | None = None) -> Any:
-    async with mcp_http(key) as http:
-        return await http.request(method, f"{world.url}{path}", json=body, headers=headers)
+call = rest
 
 
 def echo(name: str) -> dict[str, Any]:
@@ -126,7 +110,7 @@ async def test_versions_are_listed_read_and_restored_as_a_new_version(world: Wor
     current = await call(world, "GET", "/bridges/vb/graph")
     assert current.json()["pipelines"][0]["name"] == "first" and current.headers["etag"] == '"3"'
     assert [v["version"] for v in (await call(world, "GET", "/bridges/vb/graph/versions")).json()["data"]] == [3, 2, 1]
-    await audit_flushed(world.app, world.server)
+    await world.flushed()
     saves = (await call(world, "GET", "/audit?action=bridge.graph_save&scope=bridge:vb")).json()["data"]
     assert saves[0]["args"]["restoredFrom"] == 1 and "restoredFrom" not in saves[1]["args"]  # R: F4 — who restored what
 

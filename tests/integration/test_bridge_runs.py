@@ -6,51 +6,29 @@ real MCP tool server."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.bridge.config import BridgeConfig
 from gateway.bridge.run_report import VALUE_CHARS
 from tests.support import canary, postgres
-from tests.support.bridge_servers import (
-    BridgeApp, CallLog, audit_flushed, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node, tool_server,
-)
-from tests.support.http_server import ServerThread, serve
+from tests.support.bridge_servers import ServedBridge, edge, graph, node, pipeline, rest, served_bridge, tool_node
 
 
-@dataclass
-class World:
-    app: BridgeApp
-    server: ServerThread
-    tools_url: str
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    async def flushed(self) -> None:
-        await audit_flushed(self.app, self.server)
+World = ServedBridge
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    with serve(tool_server(CallLog(), delay=0.0)) as tools:
-        config = BridgeConfig.model_validate({
-            "database": "runs.db",
-            "apiEndpointAllowPrivate": ["127.0.0.0/8"],
-            "connections": [{"id": "declared", "owner": "alice", "endpoint": f"{tools.url}/mcp", **canary.connection_auth()}],
-        })
-        app = bridge_app(config, tmp_path_factory.mktemp("runs"))
-        with serve(app.app) as bridge:
-            yield World(app, bridge, tools.url)
+    with served_bridge(tmp_path_factory.mktemp("runs"), lambda tools: {
+        "database": "runs.db",
+        "connections": [{"id": "declared", "owner": "alice", "endpoint": f"{tools}/mcp", **canary.connection_auth()}],
+    }) as found:
+        yield found
 
 
-async def call(world: World, method: str, path: str, key: str = "alice-key", body: Any = None) -> Any:
-    async with mcp_http(key) as http:
-        return await http.request(method, f"{world.url}{path}", json=body)
+call = rest
 
 
 def one_tool(tool: str, connection: str, port: str = "text", name: str = "say") -> dict[str, Any]:
@@ -182,14 +160,10 @@ async def test_the_run_history_is_the_bridges_only_and_its_limit_is_checked(worl
 @pytest.fixture
 async def on_postgres(tmp_path: Path) -> AsyncIterator[World]:
     async with postgres.fresh_database() as database:
-        with serve(tool_server(CallLog(), delay=0.0)) as tools:
-            config = BridgeConfig.model_validate({
-                "database": database,
-                "connections": [{"id": "declared", "owner": "alice", "endpoint": f"{tools.url}/mcp"}],
-            })
-            app = bridge_app(config, tmp_path)
-            with serve(app.app) as bridge:
-                yield World(app, bridge, tools.url)
+        with served_bridge(tmp_path, lambda tools: {
+            "database": database, "connections": [{"id": "declared", "owner": "alice", "endpoint": f"{tools}/mcp"}],
+        }) as found:
+            yield found
 
 
 async def test_the_run_history_reads_the_postgresql_audit_log_too(on_postgres: World) -> None:

@@ -215,6 +215,41 @@ async def audit_flushed(bridge: BridgeApp, server: ServerThread) -> None:
     await asyncio.wait_for(asyncio.wrap_future(future), timeout=10)
 
 
+@dataclass
+class ServedBridge:
+    """A Bridge app served on loopback beside the tool server its connections point at."""
+
+    app: BridgeApp
+    server: ServerThread
+    tools_url: str
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    async def flushed(self) -> None:
+        """Wait (with a deadline) until the audit queue is drained."""
+        await audit_flushed(self.app, self.server)
+
+
+@contextlib.contextmanager
+def served_bridge(base_dir: Path, config: Callable[[str], dict[str, Any]]) -> Iterator[ServedBridge]:
+    """A tool server (tool_server), then a Bridge app configured by `config(<its URL>)` — private
+    loopback endpoints allowed unless `config` says otherwise — both served on loopback."""
+    with serve(tool_server(CallLog(), delay=0.0)) as tools:
+        settings = BridgeConfig.model_validate({"apiEndpointAllowPrivate": ["127.0.0.0/8"], **config(tools.url)})
+        app = bridge_app(settings, base_dir)
+        with serve(app.app) as bridge:
+            yield ServedBridge(app, bridge, tools.url)
+
+
+async def rest(bridge: ServedBridge, method: str, path: str, key: str = "alice-key", body: Any = None,
+               headers: dict[str, str] | None = None) -> httpx2.Response:
+    """One REST API request to `bridge` as the caller of API key `key`."""
+    async with mcp_http(key) as http:
+        return await http.request(method, f"{bridge.url}{path}", json=body, headers=headers)
+
+
 @contextlib.contextmanager
 def bridge_over(upstream_app: Any, base_dir: Path, *, connection: str, owner: str, bridge: str) -> Iterator[ServerThread]:
     """A running Bridge with one connection (to `upstream_app`, served here too, credentialed with
