@@ -289,10 +289,37 @@ class _CleanStream(StreamingResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            await self._send_watching(receive, send)
         finally:
             with anyio.CancelScope(shield=True):
                 await self._cleanup()
+
+    async def _send_watching(self, receive: Receive, send: Send) -> None:
+        """Stream the body; when the client disconnects, stop it (the body's generator meets the
+        cancellation: 499). What Starlette's StreamingResponse does with an anyio task group, with
+        one plain task watching `receive` instead (issue 35: the group cost every stream ~5 % of
+        the gateway's CPU)."""
+        streaming = asyncio.current_task()
+        assert streaming is not None
+        state = {"done": False, "left": False}
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if not state["done"]:
+                state["left"] = True
+                streaming.cancel()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        try:
+            await self.stream_response(send)
+            state["done"] = True
+        except asyncio.CancelledError:
+            if not state["left"]:
+                raise
+            streaming.uncancel()  # the client left: the stream ended, as the task group ended it
+        finally:
+            watcher.cancel()
 
 
 def _strip_conversation_metadata(body: dict[str, Any]) -> None:
