@@ -9,11 +9,14 @@
    store that drops every record; plus the in-process cost of reducing arguments and queueing.
 3. A federated call (`tools__echo` through `/mcp`, the Bridge reusing the caller's upstream session,
    F15) versus the same call made directly on an open session, at concurrency 1 and 10, alternated
-   round by round in the same run. Target: ≤ 3 ms added at p50.
+   round by round in the same run. Targets (issue 35): ≤ 1 ms added at p50 at C = 1, federated p50 ≤ 1.5×
+   the direct p50 at C = 10. Each table row carries the load average around its rounds (the machine is shared).
 
 `--only federated` runs section 3 alone (writes bench/results/bridge_federated.md); `--baseline DIR`
 adds the Bridge of another checkout of the code (its process served by its own copy of this file)
-to the same rounds, for a before/after under the same load.
+to the same rounds, for a before/after under the same load. `--profile OUT.md [--handshake-only]
+[--baseline DIR]` profiles the Bridge (this one, or DIR's) with py-spy at C = 10 for 20 s and writes a
+summary (bench/profiles/bridge-*.md); py-spy is not a dependency: `pip install py-spy==0.4.1` first.
 
 Writes a table to bench/results/bridge.md (with date and machine).
 """
@@ -22,10 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import logging
 import os
 import platform
+import re
 import resource
 import socket
 import subprocess
@@ -385,22 +390,38 @@ async def federated_rows(rounds: int, per_round: int = 20, baseline: Path | None
             if baseline is not None:
                 bridges[f"federated through /mcp, {baseline.name}"] = stack.enter_context(bridge_process(tools.url, baseline))
             for concurrency in CONCURRENCY:
+                load_before = os.getloadavg()[0]
                 sides = await side_by_side(tools, bridges, concurrency, rounds, per_round)
+                load = f"{load_before:.1f}–{os.getloadavg()[0]:.1f}"
                 direct_p50, _ = ms(sides["direct"].samples)
                 for name, side in sides.items():
                     p50, p90 = ms(side.samples)
                     what = "direct, open session" if name == "direct" else name
                     added = "—" if name == "direct" else f"{p50 - direct_p50:+.2f}"
+                    ratio = "—" if name == "direct" else f"{p50 / direct_p50:.2f}×"
                     cpu = " | ".join(f"{side.cpu_ms_per_call(who):.2f}" for who in ("clients", "Bridge", "tool server"))
                     rows.append(
-                        f"| {generation}: {what} | {concurrency} | {len(side.samples)} | {p50:.2f} | {p90:.2f} | {added} | {cpu} |"
+                        f"| {generation}: {what} | {concurrency} | {len(side.samples)} | {p50:.2f} | {p90:.2f} | {added} | {ratio} | {cpu} | {load} |"
                     )
     return rows
 
 
+def cpu_model() -> str:
+    """The CPU's model name and the flags that tell machines apart (AVX2, AVX-512, VNNI), from /proc/cpuinfo."""
+    try:
+        info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return platform.processor() or platform.machine()
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    shown = [flag for flag in ("avx2", "avx512f", "avx512_vnni", "avx_vnni") if flag in flags]
+    return f"{fields.get('model name', platform.machine())} (flags: {', '.join(shown) or 'no AVX2'})"
+
+
 def header() -> list[str]:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    machine = f"{platform.machine()}, {platform.processor() or platform.platform()}, Python {platform.python_version()}"
+    machine = f"{platform.machine()}, {cpu_model()}, Python {platform.python_version()}"
     return [
         f"Measured {when} on {machine}, {os.cpu_count()} CPUs (shared with other work); everything on loopback",
         "(the Bridge in its own process under uvicorn's defaults — uvloop, httptools — as `toolgate serve` runs it;",
@@ -412,10 +433,12 @@ def federated_section(rows: list[str]) -> list[str]:
     return [
         "## Federated call vs direct call (F15)", "",
         "`echo` (no delay) on the tool server; each of C clients calls one after another, all C at once;",
-        "direct and federated rounds alternate so drift hits both alike. Target: ≤ 3 ms added at p50.",
-        "CPU: user + system time of each process over its side's rounds, per call (the clients: this process).", "",
-        "| what | C | calls | p50 ms | p90 ms | added at p50 ms | CPU ms/call: clients | Bridge | tool server |",
-        "|---|---|---|---|---|---|---|---|---|", *rows, "",
+        "direct and federated rounds alternate so drift hits both alike. Targets (issue 35): ≤ 1 ms added at p50",
+        "at C = 1; at C = 10, federated p50 ≤ 1.5× the direct p50.",
+        "CPU: user + system time of each process over its side's rounds, per call (the clients: this process).",
+        "Load: the 1-minute load average before and after the rows' rounds.", "",
+        "| what | C | calls | p50 ms | p90 ms | added at p50 ms | × direct | CPU ms/call: clients | Bridge | tool server | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|", *rows, "",
     ]
 
 
@@ -452,6 +475,79 @@ async def main(repeat: int, calls: int) -> str:
     return "\n".join(lines)
 
 
+PROFILE_SECONDS = 20
+PROFILE_FRAMES = re.compile(
+    r"gateway/|mcp/|httpx2/_client|httpcore2/_async/connection_pool|uvicorn/protocols|starlette/routing|anyio/_core/_tasks|audit"
+)
+PROFILE_PACKAGES = (
+    "gateway/mcp", "gateway/bridge", "gateway/", "mcp_types", "mcp/server", "mcp/client", "mcp/shared", "httpx2",
+    "httpcore2", "h11", "pydantic", "uvicorn", "starlette", "anyio", "asyncio", "concurrent/futures", "json", "contextlib",
+)
+
+
+async def drive(url: str, concurrency: int, seconds: float) -> int:
+    """C clients (caller alice) calling `tools__echo` through `/mcp` one after another for `seconds`."""
+    async with contextlib.AsyncExitStack() as stack:
+        clients = []
+        for _ in range(concurrency):
+            http = await stack.enter_async_context(mcp_http("alice-key"))
+            clients.append(await stack.enter_async_context(Client(streamable_http_client(f"{url}/mcp", http_client=http))))
+        await asyncio.gather(*(c.call_tool("tools__echo", {"text": "warm"}) for c in clients))
+        end, calls = time.monotonic() + seconds, 0
+
+        async def one(client: Client) -> None:
+            nonlocal calls
+            while time.monotonic() < end:
+                assert not (await client.call_tool("tools__echo", {"text": "hello"})).is_error
+                calls += 1
+
+        await asyncio.gather(*(one(c) for c in clients))
+        return calls
+
+
+def profile_summary(raw: Path, calls: int, title: str) -> str:
+    """A py-spy raw profile as markdown: own time by package, inclusive time of the request path's frames."""
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text(encoding="utf-8").splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = [f for f in stack.split(";") if not f.startswith(("process ", "thread "))]
+        total += int(count)
+        path = re.search(r"\((.*?):\d+\)", frames[-1])
+        leaf = path.group(1) if path else frames[-1]
+        own[next((p.rstrip("/") for p in PROFILE_PACKAGES if p in leaf), "other")] += int(count)
+        for frame in set(frames):
+            inclusive[frame] += int(count)
+    lines = [
+        f"# {title}", "", *header(), "",
+        f"py-spy 0.4.1 (`record --gil -r 200`, only the thread holding the GIL: Python CPU time) on the Bridge process for "
+        f"{PROFILE_SECONDS} s while 10 clients call `tools__echo` through `/mcp` ({calls} calls); {total} samples.", "",
+        "Own time by package (the innermost frame's):", "", "| package | share |", "|---|---|",
+        *(f"| {name} | {100 * n / total:.1f} % |" for name, n in own.most_common(16)), "",
+        "Inclusive time of the request path's frames (≥ 3 %):", "", "| frame | share |", "|---|---|",
+        *(f"| `{frame[:110]}` | {100 * n / total:.1f} % |" for frame, n in inclusive.most_common(400)
+          if n / total >= 0.03 and PROFILE_FRAMES.search(frame)), "",
+    ]
+    return "\n".join(lines)
+
+
+def profile(out: Path, handshake_only: bool, checkout: Path | None) -> str:
+    """Profile the Bridge (of `checkout`, default this one) at C = 10 with py-spy (from this venv)."""
+    spy = Path(sys.executable).with_name("py-spy")
+    with tool_process(0, handshake_only=handshake_only) as tools, bridge_process(tools.url, checkout) as bridge:
+        asyncio.run(drive(bridge.url, 1, 1))
+        raw = out.with_suffix(".raw")
+        recorder = subprocess.Popen(
+            [str(spy), "record", "-p", str(bridge.pid), "-r", "200", "-d", str(PROFILE_SECONDS), "-f", "raw", "-o", str(raw),
+             "--nonblocking", "--gil"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        calls = asyncio.run(drive(bridge.url, 10, PROFILE_SECONDS - 2))
+        recorder.wait()
+    generation = "2025-11-25 sessions" if handshake_only else "stateless 2026-07-28"
+    return profile_summary(raw, calls, f"Bridge profile, {generation} tool server, C = 10")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
@@ -459,6 +555,10 @@ if __name__ == "__main__":
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "bridge.md"))
     parser.add_argument("--tool-server", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--only", choices=["federated"], default=None, help="run one section")
+    parser.add_argument(
+        "--profile", type=Path, default=None,
+        help="profile the Bridge at C = 10 with py-spy (pip install py-spy into the venv) and write a markdown summary here",
+    )
     parser.add_argument("--bridge-server", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--handshake-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
@@ -475,6 +575,10 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("httpx2", "mcp", "uvicorn"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if ns.profile is not None:
+        ns.profile.write_text(profile(ns.profile, ns.handshake_only, ns.baseline), encoding="utf-8")
+        print(ns.profile.read_text(encoding="utf-8"))
+        sys.exit(0)
     if ns.only == "federated":
         rows = asyncio.run(federated_rows(max(ns.repeat // 3, 3), baseline=ns.baseline))
         report = "\n".join(["# Bridge benchmark: federated calls", "", *header(), "", *federated_section(rows)])
