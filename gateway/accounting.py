@@ -64,10 +64,10 @@ class RequestRecord:
     def finish(self, metrics: GatewayMetrics, seconds: float) -> None:
         """Count the request, its latency and its tokens (by route, and by user when the metrics
         carry users: `GatewayMetrics.user_labels`)."""
-        metrics.requests.labels(self.route, str(self.status)).inc()
-        metrics.latency.labels(self.route).observe(seconds)
+        metrics.child(metrics.requests, self.route, str(self.status)).inc()
+        metrics.child(metrics.latency, self.route).observe(seconds)
         user = (self.user or "anonymous") if metrics.user_labels else NO_USER_LABEL
         if self.prompt_tokens:
-            metrics.tokens.labels(self.route, user, "prompt").inc(self.prompt_tokens)
+            metrics.child(metrics.tokens, self.route, user, "prompt").inc(self.prompt_tokens)
         if self.completion_tokens:
-            metrics.tokens.labels(self.route, user, "completion").inc(self.completion_tokens)
+            metrics.child(metrics.tokens, self.route, user, "completion").inc(self.completion_tokens)
