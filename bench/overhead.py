@@ -136,6 +136,7 @@ def translation_cost(n: int = 5000) -> dict[tuple[str, bool], float]:
     from gateway.api.chat import ChatDialect
     from gateway.api.messages import MessagesDialect
     from gateway.api.responses import ResponsesDialect
+    from gateway.json_bytes import json_bytes
 
     dialects = {CHAT_PATH: (ChatDialect(), CHAT), "toolgate, Responses API": (ResponsesDialect(), RESPONSES),
                 "toolgate, Messages API": (MessagesDialect(), MESSAGES)}
@@ -145,7 +146,7 @@ def translation_cost(n: int = 5000) -> dict[tuple[str, bool], float]:
         raw_stream = json.dumps({**body, "stream": True})
 
         def whole() -> None:
-            json.dumps(dialect.parse(json.loads(raw), {}).render(json.loads(json.dumps(STUB_COMPLETION))))
+            json_bytes(dialect.parse(json.loads(raw), {}).render(json.loads(json.dumps(STUB_COMPLETION))))
 
         def streamed() -> None:
             encoder = dialect.parse(json.loads(raw_stream), {}).encoder()

@@ -7,7 +7,6 @@ tool loop, and answer in the client's dialect: JSON, or server-sent events of th
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -28,6 +27,7 @@ from gateway.chain import GatewayTool
 from gateway.conversation import CONVERSATION_HEADER, client_conversation_id, conversation_key
 from gateway.errors import GatewayError, ModelNotFound, UpstreamTimeout, error_response, internal_error
 from gateway.gateway import Gateway, Route
+from gateway.json_bytes import json_bytes
 from gateway.limits.gate import ADMISSION_KEY, UNLIMITED
 from gateway.logs import request_id_var
 from gateway.loop import Ending, LoopStats, TurnIO, run_completion, run_stream
@@ -128,7 +128,7 @@ class ChatHandler:
             completion = finish_completion(completion, ctx.held)
             record.status = 200
             headers = {CAP_HEADER: "reached"} if stats.cap_reached else None  # the cap, without reading the body
-            return Response(json.dumps(translation.render(completion), ensure_ascii=False), media_type="application/json",
+            return Response(json_bytes(translation.render(completion)), media_type="application/json",
                             headers=headers)
         except TimeoutError:
             raise _over_budget(budget) from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +9,7 @@ from gateway.api.dialect import ChatChunk, StreamEncoder
 from gateway.api.chat_schema import check_messages
 from gateway.api.params import CHAT_PARAMS, check_params
 from gateway.errors import BadRequest, GatewayError
+from gateway.json_bytes import json_bytes
 
 
 def parse_request(body: dict[str, Any]) -> dict[str, Any]:
@@ -44,13 +44,13 @@ class ChatEncoder:
     """`data: <chunk>` events; a stream that finished ends with `data: [DONE]`."""
 
     def batch(self, chunks: list[ChatChunk]) -> bytes:
-        return b"".join(b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n" for chunk in chunks)
+        return b"".join(b"data: " + json_bytes(chunk) + b"\n\n" for chunk in chunks)
 
     def end(self) -> bytes:
         return b"data: [DONE]\n\n"
 
     def error(self, exc: GatewayError) -> bytes:
-        return b"data: " + json.dumps(exc.body(), ensure_ascii=False).encode() + b"\n\n"
+        return b"data: " + json_bytes(exc.body()) + b"\n\n"
 
 
 class ChatTranslation:

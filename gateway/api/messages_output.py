@@ -14,6 +14,7 @@ from typing import Any
 
 from gateway.api.dialect import ChatChunk, ChunkDelta, token_counts
 from gateway.errors import GatewayError
+from gateway.json_bytes import json_bytes
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
 """Chat finish reasons as Anthropic stop reasons. An answer after the gateway's tool-call cap is
@@ -84,7 +85,7 @@ class MessagesEncoder:
 
     @staticmethod
     def _event(kind: str, data: dict[str, Any]) -> bytes:
-        return b"event: " + kind.encode() + b"\ndata: " + json.dumps({"type": kind, **data}, ensure_ascii=False).encode() + b"\n\n"
+        return b"event: " + kind.encode() + b"\ndata: " + json_bytes({"type": kind, **data}) + b"\n\n"
 
     def _start(self) -> list[bytes]:
         if self._started:

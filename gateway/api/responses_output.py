@@ -9,13 +9,13 @@ start is an `error` event followed by `response.failed`.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from gateway.api.dialect import ChatChunk, ChunkDelta, token_counts
 from gateway.errors import GatewayError
+from gateway.json_bytes import json_bytes
 
 INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 """Chat finish reasons that leave a response incomplete, and the Responses reason for each."""
@@ -89,7 +89,7 @@ class ResponsesEncoder:
     def _event(self, kind: str, **fields: Any) -> bytes:
         data = {"type": kind, **fields, "sequence_number": self._seq}
         self._seq += 1
-        return b"event: " + kind.encode() + b"\ndata: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
+        return b"event: " + kind.encode() + b"\ndata: " + json_bytes(data) + b"\n\n"
 
     def _start(self) -> list[bytes]:
         if self._started:

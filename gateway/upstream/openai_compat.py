@@ -11,6 +11,7 @@ from typing import Any
 import httpx2
 
 from gateway.errors import UpstreamError, UpstreamTimeout
+from gateway.json_bytes import json_bytes
 from gateway.upstream.base import check_chunk, check_completion, error_for_status
 from gateway.upstream.http11 import Http11Pool, Origin, Response
 
@@ -52,7 +53,7 @@ class OpenAICompatUpstream:
         return UpstreamError(f"upstream '{self.name}' failed: {type(exc).__name__}")
 
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        payload = json.dumps(body).encode()
+        payload = json_bytes(body, ascii=True)
         try:
             response = await self._send(payload, stream=False)
             if isinstance(response, Response):
@@ -85,7 +86,7 @@ class OpenAICompatUpstream:
             return await self._http.send(request, stream=stream)
 
     async def stream(self, body: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
-        payload = json.dumps(body).encode()
+        payload = json_bytes(body, ascii=True)
         done = False
         try:
             response = await self._send(payload, stream=True)
