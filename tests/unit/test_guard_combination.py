@@ -143,18 +143,22 @@ def test_a_short_item_is_read_whole_in_one_window() -> None:
     assert verdict.blocked
 
 
-def _agentdojo(attack: str | None = None) -> tuple[Tally, Tally]:
-    """The shipped guard and the neural model alone (its own threshold, whole budget) on AgentDojo's
-    held-out tool outputs (every benign row, the injected rows of `attack` or all)."""
+def _agentdojo(attack: str | None = None, benign: bool = True) -> tuple[Tally, Tally]:
+    """The shipped guard on AgentDojo's held-out tool outputs (the benign rows when `benign`, the
+    injected rows of `attack` or all), and the neural model alone on the injected ones (its own
+    threshold, reading its whole budget)."""
     guard = shipped()
     rows = [json.loads(line) for line in AGENTDOJO.read_text(encoding="utf-8").splitlines() if line.strip()]
     combined, alone = Tally(), Tally()
     for row in rows:
+        if row["label"] == "benign" and not benign:
+            continue
         if row["label"] == "injection" and attack is not None and row.get("attack") != attack:
             continue
         combined.add(row["label"], guard.scan(row["text"]).blocked)
-        full = detector_scores(guard, row["text"]).full
-        alone.add(row["label"], full is not None and full >= 0)
+        if row["label"] == "injection" and attack is not None:
+            full = detector_scores(guard, row["text"]).full
+            alone.add(row["label"], full is not None and full >= 0)
     return combined, alone
 
 
@@ -164,11 +168,10 @@ def test_agentdojo_important_instructions_are_caught_with_the_neural_model_on() 
     # with the neural model on caught 15 % of them because the n-gram model's evidence was dropped.
     # Measured with the combination on 2026-12-05: 33 of 35 (94.3 %), the neural model alone 1.
     # The floor sits a few rows below (int8 kernels differ by CPU, docs/model_card.md).
-    combined, alone = _agentdojo("important_instructions")
+    combined, alone = _agentdojo("important_instructions", benign=False)
     assert combined.metrics()["injection"] == 35
     assert combined.metrics()["recall"] >= 0.85
     assert alone.metrics()["recall"] <= 0.2  # the catch is the combination's, not the model's
-    assert combined.metrics()["fpr"] <= 0.02
 
 
 def test_the_shipped_guard_keeps_its_recall_and_false_alarms_on_all_of_agentdojo() -> None:
