@@ -4,14 +4,13 @@ applies (`http://`, no proxy, no request hooks: gateway.upstream.http11) and the
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
 
 from gateway.errors import UpstreamError, UpstreamTimeout
-from gateway.json_bytes import json_bytes
+from gateway.json_bytes import json_bytes, read_json
 from gateway.upstream.base import check_chunk, check_completion, error_for_status
 from gateway.upstream.http11 import Http11Pool, Origin, Response
 
@@ -66,7 +65,7 @@ class OpenAICompatUpstream:
         if response.status_code >= 400:
             raise error_for_status(self.name, response.status_code, response.content, response.headers.get("retry-after"))
         try:
-            data = json.loads(response.content)
+            data = read_json(response.content)
         except ValueError:
             raise UpstreamError(f"upstream '{self.name}' returned a body that is not JSON") from None
         return check_completion(self.name, data)
@@ -117,7 +116,7 @@ class OpenAICompatUpstream:
 
     def _chunk(self, data: bytes) -> dict[str, Any]:
         try:
-            chunk = json.loads(data)
+            chunk = read_json(data)
         except ValueError:
             raise UpstreamError(f"upstream '{self.name}' sent a stream event that is not JSON") from None
         return check_chunk(self.name, chunk)

@@ -31,3 +31,14 @@ def test_default_turns_other_objects_into_json() -> None:
     assert json.loads(json_bytes({"at": PurePosixPath("/tmp/x")}, default=str)) == {"at": "/tmp/x"}
     with pytest.raises(TypeError):
         json_bytes({"at": PurePosixPath("/tmp/x")})
+
+
+def test_read_json_reads_what_json_loads_reads_and_refuses_what_it_refuses() -> None:
+    from gateway.json_bytes import read_json
+
+    for raw in (b'{"choices": [{"delta": {"content": "h\\u00e9 \\ud83d\\ude00"}}], "created": 1733400000}',
+                b'{"seed": 123456789012345678901234}', b'{"x": NaN}', b'{"text": "\\ud800"}', b"\xef\xbb\xbf[1]"):
+        assert repr(read_json(raw)) == repr(json.loads(raw))  # repr: NaN != NaN
+    for raw in (b"{bad", b'{"a": 1', b"\xff"):
+        with pytest.raises(ValueError):
+            read_json(raw)
