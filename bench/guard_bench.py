@@ -183,7 +183,7 @@ def detectors_report(out: Path) -> None:
     guard = build_guard(PromptGuardConfig(type="prompt_guard"))
     assert guard.combination is not None, "the shipped models have no fitted combination"
     groups: dict[tuple[str, str], dict[str, Tally]] = {}
-    read = Tally()
+    raw: dict[str, list[tuple[bool, dict[str, float], bool]]] = {}
     started = time.perf_counter()
     for label, path in HELDOUT_FILES.items():
         for line in path.read_text(encoding="utf-8").split("\n"):
@@ -204,6 +204,9 @@ def detectors_report(out: Path) -> None:
                 "before issue 36": _noisy_or(s.cheap, _sigmoid(full)) >= 0.5,
                 "combination (shipped)": guard.scan(text).blocked,
             }
+            raw.setdefault(label, []).append((row["label"] == "injection", {
+                "rules": s.rules, "heuristics": s.heuristics, "n-gram alone": s.ngram, "neural alone": full,
+                "cheap together": s.previous}, votes["combination (shipped)"]))
             keys = ["all", f"source {row.get('source')}"]
             if row.get("lang"):
                 keys.append(f"lang {row['lang']}")
@@ -234,10 +237,32 @@ def detectors_report(out: Path) -> None:
         m = cells[DETECTOR_COLUMNS[0]].metrics()
         lines.append(f"| {label} | {key} | {m['injection']} | {m['benign']} | " + " | ".join(
             f"{pct(c.metrics()['recall'])} / {pct(c.metrics()['fpr'])}" for c in cells.values()) + " |")
+    lines += ["", "## At the combination's false-alarm rate", "",
+              "Each detector alone at the threshold that gives it the most recall on the file without more false "
+              "alarms than the combination has there (thresholds read off the held-out rows themselves, so this "
+              "flatters the single detectors; a report, never used to choose anything). Cells: recall / FPR.", "",
+              "| file | combination (shipped) | " + " | ".join(SWEPT) + " |", "|---|---|" + "---|" * len(SWEPT)]
+    for label, items in raw.items():
+        positives = sum(y for y, _, _ in items) or 1
+        negatives = sum(not y for y, _, _ in items) or 1
+        fp = sum(b and not y for y, _, b in items)
+        cells = [f"{sum(b and y for y, _, b in items) / positives:.1%} / {fp / negatives:.1%}"]
+        for name in SWEPT:
+            best = (0.0, 0.0)
+            for cut in sorted({sc[name] for _, sc, _ in items}):
+                false = sum(sc[name] >= cut and not y for y, sc, _ in items)
+                if false <= fp:
+                    best = max(best, (sum(sc[name] >= cut and y for y, sc, _ in items) / positives, -false / negatives))
+            cells.append(f"{best[0]:.1%} / {abs(best[1]):.1%}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
     print(text)
+
+
+SWEPT = ("rules", "heuristics", "n-gram alone", "neural alone", "cheap together")
+"""The detectors whose threshold `detectors_report` sweeps to the combination's false-alarm rate."""
 
 
 def padded(rows: list[Row], filler: str, size: int = 4096) -> list[str]:
