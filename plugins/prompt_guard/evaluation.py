@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from plugins.prompt_guard.scanner import Guard, Verdict
+from plugins.prompt_guard.scanner import CLASSIFIER_ID, HEURISTIC_IDS, Guard, Verdict, combine
 
 LABELS = ("injection", "benign")
 
@@ -211,8 +211,6 @@ def detector_scores(guard: Guard, text: str) -> DetectorScores:
     """Every detector of `guard` on `text` alone, the neural model read every way the cascade
     can read it (batched as the runtime batches, so its probabilities are the runtime's). Only the
     first `max_scan_bytes` characters are scored."""
-    from plugins.prompt_guard.scanner import CLASSIFIER_ID, HEURISTIC_IDS, combine
-
     raw = text[: guard.settings.max_scan_bytes]
     found, best, scored, norm = guard.cheap_piece(raw)
     kept = [e for e in found + best if e.id not in guard.disabled]

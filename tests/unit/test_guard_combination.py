@@ -194,3 +194,58 @@ def test_the_shipped_guard_keeps_its_figures_on_a_sample_of_held_out_tool_output
     metrics = tally.metrics()
     assert metrics["recall"] >= 0.77
     assert metrics["fpr"] <= 0.02
+
+
+def _features(path: Path, rows: list[dict], heldout: bool = False) -> Path:
+    meta = {"meta": {"heldout": heldout, "files": ["train.jsonl"], "date": "2026-12-05"}}
+    path.write_text("".join(json.dumps(r) + "\n" for r in [meta, *rows]))
+    return path
+
+
+def _row(label: str, slice_: str, ngram: float, first: float, chars: int = 2000, round2: bool = False) -> dict:
+    return {"file": "train.jsonl", "line": 1, "slice": slice_, "label": label, "kind": "file", "source": "s",
+            "lang": "en", "attack": None, "round2": round2, "rules": 0.0, "heuristics": 0.0, "cheap": 0.0,
+            "ngram": ngram, "previous": 0.0, "first": first, "more": True, "second": first - 1.0,
+            "full": first, "chars": chars}
+
+
+def test_the_fit_refuses_features_of_held_out_rows(tmp_path: Path) -> None:
+    # R: P7 -- the combination is fitted on validation rows only
+    import argparse
+
+    from training.combination import fit
+
+    held = _features(tmp_path / "h.jsonl", [_row("benign", "heldout", 0.0, -5.0)], heldout=True)
+    args = argparse.Namespace(features=held, out=tmp_path / "c.json", max_fpr=0.015, max_loss=0.03, max_whole=0.01, always_read_chars=600)
+    with pytest.raises(SystemExit, match="held-out rows"):
+        fit(args)
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_the_fitted_combination_keeps_each_validation_slice_within_the_false_alarm_limit(tmp_path: Path) -> None:
+    # R: P7 -- the rule of training/combination.py: the bias is the highest at which every slice's
+    # benign rows stay within --max-fpr; an injection only the n-gram model is sure of is caught
+    import argparse
+    import random
+
+    from training.combination import Table, fit, load_features
+
+    rng = random.Random(5)
+    rows = []
+    for slice_ in ("hash", "prompt-docs"):
+        rows += [_row("benign", slice_, rng.gauss(-2, 2), rng.gauss(-8, 3)) for _ in range(200)]
+        rows += [_row("injection", slice_, rng.gauss(2, 2), rng.gauss(1, 3)) for _ in range(100)]
+        rows += [_row("injection", slice_, 11.0, -6.0) for _ in range(20)]  # the n-gram model's catches
+    path = _features(tmp_path / "v.jsonl", rows)
+    out = tmp_path / "combination.json"
+    fit(argparse.Namespace(features=path, out=out, max_fpr=0.015, max_loss=0.03, max_whole=0.01, always_read_chars=600))
+    combo = Combination.from_json(json.loads(out.read_text()), str(out))
+    _, fitted = load_features(path)
+    table = Table(fitted)
+    blocked, _ = table.blocked(combo)
+    for slice_ in ("hash", "prompt-docs"):
+        assert table.tally(blocked, table.slice == slice_)[1] <= 0.015
+    sure = (table.x >= 11.0) & (table.m1 <= -6.0)
+    assert sure.sum() == 40
+    assert blocked[sure].all()  # the neural model alone misses these
+    assert not (table.full[sure] >= 0).any()
