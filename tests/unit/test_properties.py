@@ -51,7 +51,7 @@ NAME = re.compile(r"[a-zA-Z][a-zA-Z0-9_-]{0,63}")
 """The tool-name pattern of the seeds, matched against the whole name."""
 RULES = {
     "shape", "duplicate node id", "duplicate edge id", "duplicate pipeline id", "duplicate pipeline name", "missing node",
-    "bad tool name", "bad port", "bad pipeline boundary", "bad pipeline name", "cycle",
+    "bad tool name", "bad port", "bad pipeline boundary", "bad pipeline name", "cycle", "one edge per input port",
 }
 
 
@@ -154,6 +154,14 @@ def f8_problems(data: Any) -> dict[str, set[str]] | None:
             rule("bad pipeline boundary", p["id"])
         if not NAME.fullmatch(p["name"]) or "__" in p["name"]:
             rule("bad pipeline name", p["id"])
+    arriving: dict[tuple[str, str], list[str]] = {}  # C7: an input port takes one edge (an edge of an id used
+    duplicated_edges = _duplicates([e["id"] for e in edges])  # twice, or from a missing node, is reported as that)
+    for edge in edges:
+        if edge["from"]["node"] in by_id and edge["id"] not in duplicated_edges:
+            arriving.setdefault((edge["to"]["node"], edge["to"]["port"]), []).append(edge["id"])
+    for (node_id, _), edge_ids in arriving.items():
+        if len(edge_ids) > 1:
+            rule("one edge per input port", node_id, *edge_ids)
     if _has_cycle(by_id, edges):
         rule("cycle")
     return found
@@ -259,14 +267,19 @@ def valid_graphs(draw: st.DrawFn) -> dict[str, Any]:
         nodes.append(node)
     nodes.append({"id": "out1", "kind": "output", "inputs": ["ctx"], "position": {"x": 1, "y": 2}})
     edges = []
+    taken: set[tuple[str, str]] = set()  # one edge per input port (C7)
     pairs = draw(st.lists(st.tuples(st.integers(0, len(nodes) - 1), st.integers(0, len(nodes) - 1)), max_size=6))
     for n, (i, j) in enumerate(pairs):
         i, j = sorted((i, j))
         if i == j:
             continue
         src, dst = nodes[i], nodes[j]
+        port = draw(st.sampled_from(dst["inputs"]))
+        if (dst["id"], port) in taken:
+            continue
+        taken.add((dst["id"], port))
         edges.append({"id": f"e{n}", "from": {"node": src["id"], "port": draw(st.sampled_from(src["outputs"]))},
-                      "to": {"node": dst["id"], "port": draw(st.sampled_from(dst["inputs"]))}})
+                      "to": {"node": dst["id"], "port": port}})
     names = draw(st.lists(st.sampled_from(GOOD_TOOLS), max_size=2, unique=True))
     pipelines = [{"id": f"p{k}", "name": name, "inputNode": "in1", "outputNode": "out1", "description": "d"} for k, name in enumerate(names)]
     return {"version": 1, "nodes": nodes, "edges": edges, "pipelines": pipelines}
