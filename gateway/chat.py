@@ -11,7 +11,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from starlette.requests import Request
@@ -36,6 +36,7 @@ from gateway.provenance import Provenance
 from gateway.upstream.deployments import CALL_NOTE, CallNote
 
 log = logging.getLogger("toolgate.chat")
+T = TypeVar("T")
 
 
 def _client_tool_names(body: dict[str, Any]) -> set[str]:
@@ -201,12 +202,12 @@ class ChatHandler:
             return encoder.batch(batch)
 
         async def sse() -> AsyncIterator[bytes]:
+            deadline = _Deadline(ctx)  # the request's deadline bounds the whole stream, not just its first byte
             try:
                 yield write(first)
-                while True:  # the request's deadline bounds the whole stream, not just its first byte
+                while True:
                     try:
-                        async with asyncio.timeout(_remaining(ctx)):
-                            batch = await chunks.__anext__()
+                        batch = await deadline.bound(chunks.__anext__())
                     except StopAsyncIteration:
                         break
                     except TimeoutError:
@@ -225,6 +226,8 @@ class ChatHandler:
                 record.status = 500
                 log.exception("stream failed after start")
                 yield encoder.error(internal_error(ctx.request_id))
+            finally:
+                deadline.cancel()
 
         async def cleanup() -> None:
             await chunks.aclose()
@@ -260,6 +263,44 @@ def _scrubbed(encoder: StreamEncoder, exc: GatewayError, scrub: Callable[[str], 
 
 def _over_budget(budget: float) -> UpstreamTimeout:
     return UpstreamTimeout(f"the request took longer than server.request_timeout_seconds ({budget:g}s)")
+
+
+class _Deadline:
+    """`ctx.deadline` over a whole stream with one timer, where `asyncio.timeout` around each
+    upstream batch armed and cancelled one per batch (~6 % of a stream's CPU, issue 35). `bound`
+    raises `TimeoutError` when the deadline passes while it waits (the waiting is cancelled, as
+    `asyncio.timeout` cancels it), or at once when it had passed before."""
+
+    def __init__(self, ctx: PluginContext) -> None:
+        loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._expired = False
+        self._waiting = False
+        self._timer = loop.call_at(loop.time() + _remaining(ctx), self._expire)
+
+    def _expire(self) -> None:
+        self._expired = True
+        if self._waiting and self._task is not None:
+            self._task.cancel()
+
+    async def bound(self, waiting: Awaitable[T]) -> T:
+        if self._expired:
+            close = getattr(waiting, "close", None)
+            if close is not None:
+                close()  # the coroutine never started
+            raise TimeoutError
+        self._waiting = True
+        try:
+            return await waiting
+        except asyncio.CancelledError:
+            if self._expired and self._task is not None and self._task.uncancel() == 0:
+                raise TimeoutError from None  # ours: the deadline (another cancel, e.g. the client leaving, stays one)
+            raise
+        finally:
+            self._waiting = False
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 def _remaining(ctx: PluginContext) -> float:
