@@ -14,7 +14,6 @@ that carried the non-standard `NaN` literal) is written as `null`, not as the in
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
@@ -30,18 +29,15 @@ def json_bytes(value: Any, *, ascii: bool = False, default: Any = None) -> bytes
 
 def read_json(raw: bytes) -> Any:
     """`raw` parsed as `json.loads` parses it. orjson reads it unless it refuses (the `NaN`
-    literal, lone surrogates in escapes, invalid UTF-8): then `json.loads` does, and raises
-    `ValueError` as before. (An integer past 64 bits, which orjson reads as a float, is read
-    exactly: orjson is not used for a text with such a run of digits.)"""
+    literal, lone surrogates in escapes, a BOM, invalid UTF-8): then `json.loads` does, and
+    raises `ValueError` as before. A text with 20 digits or more in all goes to `json.loads`
+    directly: it may hold an integer past 64 bits, which orjson would read as a float."""
+    if len(raw) - len(raw.translate(None, _DIGITS)) >= 20:
+        return json.loads(raw)
     try:
-        value = orjson.loads(raw)
+        return orjson.loads(raw)
     except orjson.JSONDecodeError:
         return json.loads(raw)
-    if _BIG_INT.search(raw):
-        return json.loads(raw)
-    return value
 
 
-_BIG_INT = re.compile(rb"[0-9]{20}")
-"""A run of 20 digits: the shortest an integer past 64 bits can be (a string holding one sends the
-text to `json.loads` too, harmlessly)."""
+_DIGITS = b"0123456789"

@@ -11,13 +11,13 @@ The time bound itself is the app's (`RequestIdMiddleware` ends a body that has n
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 
 from gateway.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
+from gateway.json_bytes import read_json
 
 MAX_JSON_DEPTH = 128
 """Deepest nesting of arrays and objects accepted in a JSON body (a chat request with tool schemas
@@ -73,7 +73,7 @@ def parse_json(raw: bytes, what: str = "request body") -> Any:
     if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _depth(raw) > MAX_JSON_DEPTH:
         raise BadRequest(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
-        return json.loads(raw)
+        return read_json(raw)  # json.loads' values and errors, mostly at orjson's speed
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"{what} is not valid JSON: {exc}") from None
     except RecursionError:  # pragma: no cover - the depth check comes first
