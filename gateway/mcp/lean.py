@@ -1,10 +1,10 @@
-"""A tool call on an open 2026-07-28 HTTP session in one POST, without the SDK client's transport.
+"""A tool call on an open HTTP session in one POST, without the SDK client's transport.
 
 The SDK client sends a request through a dispatcher, two memory streams and a task per POST, and
 reads the answer back the same way; for the relay's hot request (the Bridge's `tools/call` on a
 caller's pooled session, issue 35) that machinery costs about half as much CPU again as the HTTP
-exchange itself. On a 2026-07-28 session a request is self-contained — one POST, one answer, no
-session id, no server-to-client requests, no resumption — so `lean_call` makes it directly:
+exchange itself. A request on a Streamable HTTP session is one POST whose answer is a JSON body or
+an event stream, so `lean_call` makes it directly:
 
 - the same request: the session's own stamp (`_meta` envelope, `MCP-Protocol-Version`,
   `Mcp-Method`, `Mcp-Name`), the session's HTTP client (its pooled connections, the answer bound
@@ -16,15 +16,23 @@ session id, no server-to-client requests, no resumption — so `lean_call` makes
 - what arrives meanwhile on an event stream: progress to `progress`, every other notification to
   the session's own notification handling (log messages to its logging callback, then its message
   handler), as the SDK routes them;
-- a cancelled call closes its POST, which is how 2026-07-28 cancels.
+- on a handshake-era (2025-11-25) session: its `Mcp-Session-Id` (as the server gave it, noted by the
+  session watch), a request the server sends on the call's stream (sampling, elicitation, roots)
+  answered through the session's own callbacks and POSTed back, a stream that ends early resumed
+  with `Last-Event-ID` as the SDK does, and a 404 read as "Session terminated" (the pool replaces
+  the session);
+- a cancelled call closes its POST, which is how 2026-07-28 cancels; on a handshake-era session the
+  server is also told (`notifications/cancelled`, "caller cancelled"), as the SDK does.
 
-Anything else (a handshake-era session, stdio) keeps the SDK's path (`operations.relay_tool_call`).
+Stdio sessions keep the SDK's path (`operations.relay_tool_call`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,15 +42,22 @@ import mcp_types as types
 from httpx2 import EventSource
 from mcp import MCPError
 from mcp.client.session import _clamp_inbound_ttl, _later_revision_fields
-from mcp.client.streamable_http import _unfollowed_redirect
+from mcp.client.streamable_http import DEFAULT_RECONNECTION_DELAY_MS, MAX_RECONNECTION_ATTEMPTS, _unfollowed_redirect
 from mcp.shared._httpx_utils import stream_within_origin
 from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
 from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, jsonrpc_message_adapter
 from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+log = logging.getLogger("toolgate.mcp")
+
 _ids = itertools.count(1)
+_background: set[asyncio.Task[None]] = set()
+NOTICE_SECONDS = 5.0
+"""Longest a cancellation notice or an answer to the server's request may take (in the background)."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +70,29 @@ class LeanHttp:
 
 
 def can_lean(client: mcp.Client, http: LeanHttp | None) -> bool:
-    """Is this an HTTP session of the 2026-07-28 generation (one POST per request)?"""
-    return http is not None and client.session.protocol_version in MODERN_PROTOCOL_VERSIONS
+    """Is this an open HTTP session (either generation)?"""
+    return http is not None and client.session.protocol_version is not None
+
+
+@dataclass
+class _Exchange:
+    """One request's exchange: where it goes and what the session needs on every message of it."""
+
+    http: LeanHttp
+    session: Any
+    request_id: str
+    headers: dict[str, str]
+    progress: ProgressFnT | None
+    modern: bool
+    session_id: str | None
+
+    async def post(self, message: dict[str, Any]) -> None:
+        """POST a message of the session (an answer to the server's request, a notice), bounded."""
+        body = json.dumps(message, separators=(",", ":")).encode()
+        headers = {key: value for key, value in self.headers.items() if key.lower() not in ("mcp-method", "mcp-name")}
+        async with asyncio.timeout(NOTICE_SECONDS):
+            response = await self.http.http.post(self.http.url, content=body, headers=headers)
+            await response.aclose()
 
 
 def _error(code: int, message: str, data: Any = None) -> MCPError:
@@ -64,9 +100,11 @@ def _error(code: int, message: str, data: Any = None) -> MCPError:
 
 
 async def lean_call(
-    client: mcp.Client, http: LeanHttp, name: str, arguments: dict[str, Any], progress: ProgressFnT | None = None
+    client: mcp.Client, http: LeanHttp, name: str, arguments: dict[str, Any], progress: ProgressFnT | None = None,
+    session_id: str | None = None,
 ) -> types.CallToolResult:
-    """`tools/call` `name` on the session of `client` in one POST (see the module docstring)."""
+    """`tools/call` `name` on the session of `client` in one POST (see the module docstring);
+    `session_id`: the session's `Mcp-Session-Id` (handshake era, when the server gave one)."""
     request_id = f"tg-{next(_ids)}"
     params: dict[str, Any] = {"name": name, "arguments": arguments}
     if progress is not None:
@@ -75,11 +113,25 @@ async def lean_call(
     options: dict[str, Any] = {}
     session = client.session
     session._stamp(data, options)  # noqa: SLF001 - the session's own envelope and headers, exactly
-    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json", **options.get("headers", {})}
-    body = json.dumps(data, separators=(",", ":")).encode()
-    async with stream_within_origin(http.http, "POST", http.url, content=body, headers=headers) as response:
-        raw = await _answer(session, response, request_id, http.max_event_bytes, progress)
     version = session.protocol_version or "2025-11-25"
+    modern = version in MODERN_PROTOCOL_VERSIONS
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    if not modern:
+        if session_id is not None:
+            headers["mcp-session-id"] = session_id
+        headers[MCP_PROTOCOL_VERSION_HEADER] = version
+    headers.update(options.get("headers", {}))
+    exchange = _Exchange(http, session, request_id, headers, progress, modern, None if modern else session_id)
+    body = json.dumps(data, separators=(",", ":")).encode()
+    try:
+        async with stream_within_origin(http.http, "POST", http.url, content=body, headers=headers) as response:
+            raw = await _answer(exchange, response)
+    except asyncio.CancelledError:
+        if not modern:  # the server is told, as the SDK tells it (2026-07-28: closing the POST is the notice)
+            _in_background(exchange.post({
+                "jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id, "reason": "caller cancelled"},
+            }))
+        raise
     _clamp_inbound_ttl(raw)
     try:
         _methods.validate_server_result("tools/call", version, raw)
@@ -90,9 +142,20 @@ async def lean_call(
     return types.CallToolResult.model_validate(raw, by_name=False)
 
 
-async def _answer(
-    session: Any, response: httpx2.Response, request_id: str, max_event_bytes: int, progress: ProgressFnT | None
-) -> dict[str, Any]:
+def _in_background(work: Any) -> None:
+    task = asyncio.ensure_future(_quietly(work))
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+async def _quietly(work: Any) -> None:
+    try:
+        await work
+    except Exception as exc:  # a notice or an answer that could not be sent: the server times out as with the SDK
+        log.debug("mcp: a message to the server was not sent: %s", type(exc).__name__)
+
+
+async def _answer(exchange: _Exchange, response: httpx2.Response) -> dict[str, Any]:
     """The result of the request from its HTTP answer, or the `MCPError` the SDK's transport raises."""
     status = response.status_code
     if status == 202:
@@ -109,25 +172,126 @@ async def _answer(
             if isinstance(message, dict) and isinstance(message.get("error"), dict) and "result" not in message:
                 raise _rpc_error(message["error"])
         if status == 404:
-            raise _error(METHOD_NOT_FOUND, "Not Found")  # no session id on this generation: the method is unknown
+            if exchange.session_id is None:  # no session: the method is unknown
+                raise _error(METHOD_NOT_FOUND, "Not Found")
+            raise _error(INVALID_REQUEST, "Session terminated")
         raise _error(INTERNAL_ERROR, "Server returned an error response")
     if content_type.startswith("application/json"):
-        return _result(_message(await response.aread(), "Failed to parse JSON response"), request_id)
+        try:
+            content = await response.aread()
+        except httpx2.StreamError as exc:  # cut at the bound, or content-encoded (bounds.py): as the SDK reports it
+            raise _error(PARSE_ERROR, f"Failed to parse JSON response: {exc}") from exc
+        return _result(_message(content, "Failed to parse JSON response"), exchange.request_id)
     if not content_type.startswith("text/event-stream"):
         raise _error(INVALID_REQUEST, f"Unexpected content type: {content_type}")
+    pending: set[asyncio.Task[None]] = set()
     try:
-        async for event in EventSource(response, max_event_size=max_event_bytes):
-            if event.event != "message" or not event.data:
-                continue  # what the SDK skips too (priming events, other event types)
-            message = _message(event.data, "Failed to parse SSE message")
-            if "method" in message:
-                if "id" not in message:
-                    await _notified(session, message, request_id, progress)
-                continue  # a request: no 2026-07-28 server sends one
-            return _result(message, None)  # the answer on this POST's stream is this request's, whatever its id
+        return await _stream(exchange, response, pending)
+    finally:
+        for task in pending:  # answers to the server still being made when the call ended
+            task.cancel()
+
+
+@dataclass
+class _Position:
+    """Where a call's event stream got to: the last event id and the server's retry interval."""
+
+    last_event_id: str | None = None
+    retry_ms: int | None = None
+
+
+async def _stream(exchange: _Exchange, response: httpx2.Response, pending: set[asyncio.Task[None]]) -> dict[str, Any]:
+    """Read the call's event stream (and, once it ends early, its resumptions) up to the answer, as
+    the SDK's transport does: a failed stream fails the call, one that broke off is resumed with
+    `Last-Event-ID` when its events had ids (handshake era), else the call ends without an answer."""
+    position = _Position()
+    found: dict[str, Any] | None = None
+    try:
+        found = await _events(exchange, response, pending, position)
     except httpx2.SSEError as exc:
         raise _error(CONNECTION_CLOSED, f"SSE stream failed: {exc}") from exc
-    raise _error(CONNECTION_CLOSED, "SSE stream ended without a response")
+    except MCPError:
+        raise
+    except Exception as exc:  # the stream broke off (the SDK logs it and resumes, or gives up)
+        log.debug("mcp: a call's event stream ended: %s", type(exc).__name__)
+    attempt = 0
+    while found is None:
+        if position.last_event_id is None or exchange.modern:
+            raise _error(CONNECTION_CLOSED, "SSE stream ended without a response")
+        if attempt >= MAX_RECONNECTION_ATTEMPTS:
+            raise _error(CONNECTION_CLOSED, "SSE stream ended and reconnection attempts were exhausted")
+        delay = position.retry_ms if position.retry_ms is not None else DEFAULT_RECONNECTION_DELAY_MS
+        await asyncio.sleep(delay / 1000.0)
+        headers = {key: value for key, value in exchange.headers.items() if key.lower() not in ("mcp-method", "mcp-name")}
+        headers["last-event-id"] = position.last_event_id
+        before = position.last_event_id
+        try:
+            async with exchange.http.http.stream("GET", exchange.http.url, headers=headers) as resumed:
+                kind = resumed.headers.get("content-type", "").lower()
+                if resumed.status_code >= 400 or not kind.startswith("text/event-stream"):
+                    attempt += 1
+                    continue
+                try:
+                    found = await _events(exchange, resumed, pending, position)
+                except httpx2.SSEError as exc:
+                    raise _error(CONNECTION_CLOSED, f"SSE stream failed: {exc}") from exc
+        except MCPError:
+            raise
+        except Exception as exc:
+            log.debug("mcp: resuming a call's event stream failed: %s", type(exc).__name__)
+            attempt += 1
+            continue
+        attempt = 0 if position.last_event_id != before else attempt + 1
+    return found
+
+
+async def _events(
+    exchange: _Exchange, response: httpx2.Response, pending: set[asyncio.Task[None]], position: _Position
+) -> dict[str, Any] | None:
+    """The answer on one event stream, or None when the stream ended without it."""
+    async for event in EventSource(response, max_event_size=exchange.http.max_event_bytes):
+        if event.id:
+            position.last_event_id = event.id
+        if event.retry is not None:
+            position.retry_ms = event.retry
+        if event.event != "message" or not event.data:
+            continue  # what the SDK skips too (priming events, other event types)
+        message = _message(event.data, "Failed to parse SSE message")
+        if "method" in message:
+            if "id" not in message:
+                await _notified(exchange.session, message, exchange.request_id, exchange.progress)
+            elif not exchange.modern:  # the server's request (sampling, elicitation, roots): answered meanwhile
+                task = asyncio.ensure_future(_serve_request(exchange, message))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            continue
+        return _result(message, None)  # the answer on this stream is this request's, whatever its id
+    return None
+
+
+class _Inbound:
+    """What the session's request handling reads of the server's request."""
+
+    def __init__(self, request_id: Any) -> None:
+        self.request_id = request_id
+
+
+async def _serve_request(exchange: _Exchange, message: dict[str, Any]) -> None:
+    """Answer a request the server sent on the call's stream through the session's own callbacks
+    (the relay's), and POST the answer back on the session, as the SDK's dispatcher does."""
+    request_id, method, params = message.get("id"), message.get("method"), message.get("params")
+    if not isinstance(method, str) or not (params is None or isinstance(params, dict)):
+        return
+    try:
+        result = await exchange.session._on_request(_Inbound(request_id), method, params)  # noqa: SLF001
+        answer: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "result": result}
+    except Exception as exc:
+        error = handler_exception_to_error_data(exc)
+        if error is None:
+            log.warning("mcp: answering the server's %s failed: %s", method, type(exc).__name__)
+            error = types.ErrorData(code=0, message=str(exc))
+        answer = {"jsonrpc": "2.0", "id": request_id, "error": error.model_dump(mode="json", by_alias=True, exclude_none=True)}
+    await _quietly(exchange.post(answer))
 
 
 def _message(data: str | bytes, failure: str) -> dict[str, Any]:

@@ -77,7 +77,7 @@ def relay_tool_call(
     list the tools first on every new session (to validate the output and mirror `Mcp-Param`
     headers); the end client validates what is relayed. A server that answers `HEADER_MISMATCH`
     gets the SDK's list-then-call path, for that tool from then on (`needs_listing` remembers). On
-    a 2026-07-28 HTTP session the call is one POST made without the SDK's transport (lean.py)."""
+    an HTTP session the call is one POST made without the SDK's transport (lean.py)."""
 
     async def operation(connection: McpConnection, client: mcp.Client) -> types.CallToolResult:
         with mcp_call_span("tools/call", name, server_of(connection), arguments) as span:  # O3
@@ -90,7 +90,9 @@ def relay_tool_call(
             try:
                 if can_lean(client, connection.watch.lean):
                     assert connection.watch.lean is not None
-                    return await lean_call(client, connection.watch.lean, name, arguments, progress)
+                    return await lean_call(
+                        client, connection.watch.lean, name, arguments, progress, connection.watch.session_id
+                    )
                 request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
                 return await client.session.send_request(
                     request, types.CallToolResult, request_read_timeout_seconds=sdk_timeout(timeout),

@@ -113,6 +113,8 @@ class SessionWatch:
     lean: LeanHttp | None = None
     """How the session's requests reach its HTTP server, for a call made without the SDK's
     transport (lean.py); None for stdio."""
+    session_id: str | None = None
+    """The `Mcp-Session-Id` the server gave the session (handshake era), for the same calls."""
 
 
 _WATCH: contextvars.ContextVar[SessionWatch | None] = contextvars.ContextVar("toolgate_mcp_session_watch", default=None)
@@ -151,6 +153,8 @@ async def _watch_response(response: httpx2.Response) -> None:
             stream.sessionful = True
     watch = _WATCH.get()
     status = response.status_code
+    if watch is not None and status < 300 and (given := response.headers.get("mcp-session-id")):
+        watch.session_id = given
     if watch is None or status not in (400, 404) or "mcp-session-id" not in response.request.headers:
         return
     if status == 404:

@@ -1,7 +1,8 @@
-"""A tool call on an open 2026-07-28 session without the SDK client's transport (gateway/mcp/lean.py,
-issue 35): against a real server, every outcome — a result, a tool's failure, progress, an answer
-over the bound, and each way a server can answer badly — comes back exactly as the SDK's own call
-gives it (the same result, or the same error code and text)."""
+"""A tool call on an open session without the SDK client's transport (gateway/mcp/lean.py, issue 35):
+against a real server of either generation (2026-07-28, and 2025-11-25 with a session id), every
+outcome — a result, a tool's failure, progress, an answer over the bound, and each way a server can
+answer badly — comes back exactly as the SDK's own call gives it (the same result, or the same
+error code and text)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ from mcp.server.mcpserver.exceptions import ToolError
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway.mcp.connection import McpConnection
-from gateway.mcp.errors import AnswerTooLarge
+from gateway.mcp.errors import AnswerTooLarge, McpCallFailed
 from gateway.mcp.lean import can_lean, lean_call
 from gateway.mcp.target import McpClients, McpTarget
 from tests.support.http_server import ServerThread, serve
+from tests.support.mcp_servers import McpServerState, recording_app
 
 BOUND = 64 * 1024
 
@@ -100,9 +102,12 @@ def answering_badly(inner: Any) -> Any:
     return app
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[ServerThread]:
-    with serve(answering_badly(tools_app())) as running:
+@pytest.fixture(scope="module", params=["2026-07-28", "2025-11-25"])
+def server(request: pytest.FixtureRequest) -> Iterator[ServerThread]:
+    app = tools_app()
+    if request.param == "2025-11-25":  # refuses the 2026-07-28 generation: clients open a session with a handshake
+        app = recording_app(McpServerState(), app, legacy_only=True)
+    with serve(answering_badly(app)) as running:
         yield running
 
 
@@ -124,7 +129,7 @@ async def outcome(connection: McpConnection, name: str, arguments: dict[str, Any
     async def operation(conn: McpConnection, client: mcp.Client) -> types.CallToolResult:
         if lean:
             assert conn.watch.lean is not None and can_lean(client, conn.watch.lean)
-            return await lean_call(client, conn.watch.lean, name, arguments, progress)
+            return await lean_call(client, conn.watch.lean, name, arguments, progress, conn.watch.session_id)
         request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
         return await client.session.send_request(request, types.CallToolResult, progress_callback=progress)
 
@@ -134,6 +139,8 @@ async def outcome(connection: McpConnection, name: str, arguments: dict[str, Any
         return ("MCPError", exc.code, exc.message)
     except AnswerTooLarge as exc:
         return ("AnswerTooLarge", exc.limit)
+    except McpCallFailed as exc:  # the session watch saw the server end the session
+        return (type(exc).__name__, exc.reason)
     return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
@@ -165,8 +172,22 @@ async def test_progress_during_a_call_reaches_the_callback_as_with_the_sdk(sessi
 
 
 @pytest.mark.parametrize("name", list(BAD_ANSWERS))
-async def test_a_bad_answer_fails_with_the_sdks_error(session: tuple[McpConnection, McpClients], name: str) -> None:
+async def test_a_bad_answer_fails_with_the_sdks_error(server: ServerThread, name: str) -> None:
+    outcomes = []
+    for lean in (True, False):  # each on its own session: a 404 ends the session it came on
+        clients = McpClients(max_answer_bytes=BOUND)
+        connection = McpConnection(clients.factory(McpTarget(label="lean", endpoint=f"{server.url}/mcp")), "lean/test")
+        await connection.open(10)
+        try:
+            outcomes.append(await outcome(connection, name, {}, lean=lean))
+        finally:
+            await connection.close()
+            await clients.close()
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0] in ("MCPError", "SessionLost")
+
+
+async def test_a_handshake_session_is_called_with_its_session_id(session: tuple[McpConnection, McpClients]) -> None:
     connection, _ = session
-    lean = await outcome(connection, name, {}, lean=True)
-    assert lean == await outcome(connection, name, {}, lean=False)
-    assert lean[0] == "MCPError"
+    assert (await outcome(connection, "echo", {"text": "x"}, lean=True))["content"] == [{"type": "text", "text": "x"}]
+    assert (connection.watch.session_id is None) == (connection._client.session.protocol_version == "2026-07-28")  # noqa: SLF001
