@@ -85,9 +85,15 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def _neural(guard: Any) -> str | None:
-    """Which neural model the guard runs (folder and threshold), or None when it is off."""
+    """Which neural model the guard runs (folder and threshold) and whether it is combined with the
+    n-gram model and read as a cascade (`combination.json` fits the shipped pair only), or None when
+    it is off."""
     detector = guard.neural
-    return None if detector is None else f"{detector.source} (threshold {detector.threshold:.3f})"
+    if detector is None:
+        return None
+    how = ("combined with the n-gram model, read as a cascade" if guard.combination is not None
+           else "no fitted combination: read whole, the n-gram model only ranking where it reads")
+    return f"{detector.source} (threshold {detector.threshold:.3f}; {how})"
 
 
 def register(subparsers: Any, load_config: Callable[[str], Any]) -> None:

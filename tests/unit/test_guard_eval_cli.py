@@ -147,3 +147,17 @@ def test_register_adds_guard_eval_to_a_toolgate_parser() -> None:
     )
     assert callable(args.func)
     assert args.load_config is load_config  # the gateway's loader, handed in (the plugin never imports it)
+
+
+def test_the_report_says_whether_the_neural_model_is_combined_and_read_as_a_cascade(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # R: P4, P6 -- the fitted combination belongs to the shipped pair of models; another model is
+    # read as before, and the report says which
+    data = write_rows(tmp_path / "rows.jsonl", ROWS[:2])
+    code, out, _ = run([str(data), "--json"], capsys)
+    assert code == 0 and "combined with the n-gram model, read as a cascade" in json.loads(out)["neural"]
+    config = tmp_path / "toolgate.yaml"
+    config.write_text(CONFIG.replace("threshold: 0.5}", "threshold: 0.5, neural: {model: high_recall}}"))
+    code, out, _ = run([str(data), "--config", str(config), "--route", "strict"], capsys)
+    assert code == 0 and "neural_high_recall (threshold" in out and "no fitted combination" in out
