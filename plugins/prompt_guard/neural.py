@@ -241,9 +241,10 @@ class NeuralDetector:
         return max(self.probabilities(pieces[:1]), default=0.0), True
 
     def second_read(self, raw: str, suspects: Callable[[], Sequence[tuple[int, int]]] = tuple) -> float:
-        """The rest of the budget after `first_read` (`max_windows` windows in all): a text that
-        fits in `max_windows` windows whole; a longer one at its head and its tail (`EDGE_TOKENS`
-        each) and then over the next suspicious ranges after the first, while the budget lasts."""
+        """The rest of the budget after `first_read`: a text that fits in `max_windows` windows
+        whole (so such a text, between one and `max_windows` windows long, may cost one window
+        more than the budget in all); a longer one at its head and its tail (`EDGE_TOKENS` each)
+        and then over the next suspicious ranges after the first, `max_windows` windows in all."""
         budget = self.max_windows
         head_chars = budget * WINDOW_TOKENS * 6
         pieces = self.windows(model_text(raw[:head_chars]), budget + 1)

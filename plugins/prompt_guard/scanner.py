@@ -214,7 +214,7 @@ class Guard:
             return None
         probability, more = neural.first_read(raw, suspects)
         margin = neural.margin(probability)
-        if more and combo.reads_on(ngram, margin):
+        if more and neural.max_windows > 1 and combo.reads_on(ngram, margin):
             margin = max(margin, neural.margin(neural.second_read(raw, suspects)))
         return margin
 

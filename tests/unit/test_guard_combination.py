@@ -249,3 +249,21 @@ def test_the_fitted_combination_keeps_each_validation_slice_within_the_false_ala
     assert sure.sum() == 40
     assert blocked[sure].all()  # the neural model alone misses these
     assert not (table.full[sure] >= 0).any()
+
+
+@pytest.mark.parametrize("budget", [1, 2, 3])
+@pytest.mark.parametrize("size", [700, 1_500, 4_096, 50_000])
+def test_the_cascade_reads_within_the_budget_and_one_window_more_only_for_items_that_fit_it(
+        budget: int, size: int) -> None:
+    # R: P6, P5 -- a long item costs at most the budget; an item that fits in the budget may be
+    # read in its centred first window and then whole (one window more); a budget of one window
+    # never reads on
+    guard, recorder = recorded(neural={"max_windows": budget})
+    recorder.detector.max_windows = budget
+    text = ((PROSE * 200)[: size // 2] + INJECTION + "\n" + (PROSE * 200))[:size]
+    guard.scan(text)
+    fits = len(recorder.detector.windows(text, budget + 1)) <= budget
+    limit = budget + 1 if fits and budget > 1 else budget
+    assert 0 < recorder.tokens() <= limit * WINDOW_TOKENS
+    if budget == 1:
+        assert len(recorder.calls) == 1
