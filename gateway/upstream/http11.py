@@ -184,6 +184,9 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
+        if 100 <= self.status < 200:  # an interim answer (103 Early Hints): the final one follows
+            self.headers = {}
+            return
         self.head_done = True
         self._has_length = "content-length" in self.headers or "chunked" in self.headers.get("transfer-encoding", "").lower()
 
@@ -195,6 +198,8 @@ class _Connection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def on_message_complete(self) -> None:
+        if not self.head_done:
+            return  # the end of an interim answer
         self.keep_alive = self.parser.should_keep_alive()  # read now: the parser resets for the next message
         self.complete = True
 
@@ -259,9 +264,10 @@ class Http11Pool:
     @staticmethod
     def serves(url: str) -> bool:
         """Whether calls to `url` can come here rather than through the shared `httpx2` client:
-        plain HTTP and no proxy from the environment (read once, as `httpx2` reads it when its
+        plain HTTP without credentials in the URL, and no proxy from the environment (read once, as `httpx2` reads it when its
         client is made). The caller also checks the client's request hooks on each call."""
-        return url.startswith("http://") and not any(os.environ.get(name) for name in PROXY_VARIABLES)
+        return (url.startswith("http://") and "@" not in urlsplit(url).netloc  # credentials in the URL: httpx2 sends them
+                and not any(os.environ.get(name) for name in PROXY_VARIABLES))
 
     async def post(self, origin: Origin, headers: bytes, payload: bytes, *, connect_timeout: float, read_timeout: float) -> Response:
         """POST `payload` with the header lines `headers` (each ending in CRLF, without Host and

@@ -125,6 +125,21 @@ async def test_a_chunked_body_is_read_as_it_arrives_and_one_ended_by_closing_is_
         assert await post(pool, server.url) == (200, b"x" * 100_000)
 
 
+async def test_an_interim_answer_is_passed_over_for_the_final_one(pool: Http11Pool) -> None:
+    async def hinted(body: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n" + answer(b'{"final": true}', b"x-final: 1"))
+        await writer.drain()
+        return True
+
+    async with RawServer(hinted) as server:
+        response = await pool.post(Origin(server.url), b"", b"{}", connect_timeout=10, read_timeout=30)
+        assert (response.status_code, response.headers.get("x-final"), "link" in response.headers) == (200, "1", False)
+        assert await response.aread() == b'{"final": true}'
+        await response.aclose()
+        assert await post(pool, server.url) == (200, b'{"final": true}')  # and the connection serves the next call
+        assert server.connections == 1
+
+
 async def test_an_answer_compressed_unasked_is_decoded_and_no_compression_is_asked_for(pool: Http11Pool) -> None:
     async def gzipped(body: bytes, writer: asyncio.StreamWriter) -> bool:
         writer.write(answer(gzip.compress(b'{"ok": true}'), b"content-encoding: gzip"))
@@ -174,6 +189,7 @@ async def test_it_steps_aside_for_https_a_proxy_from_the_environment_and_request
         monkeypatch.delenv(name, raising=False)
     assert Http11Pool.serves("http://127.0.0.1:8000/v1")
     assert not Http11Pool.serves("https://api.example.com/v1")
+    assert not Http11Pool.serves("http://user:secret@127.0.0.1:8000/v1")  # httpx2 sends them as basic auth
 
     async def completion(body: bytes, writer: asyncio.StreamWriter) -> bool:
         writer.write(answer(b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]}'))
