@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import hashlib
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -59,7 +60,7 @@ async def one(client: httpx2.AsyncClient, url: str, stream: bool, headers: dict[
 
 async def serial(targets: list[Target], stream: bool, n: int, pids: dict[str, int]) -> dict[str, tuple[list[float], list[float], float]]:
     """Concurrency 1, targets interleaved in blocks of 20 so drift on a shared machine hits all alike
-    (the order rotated each round, so no target is always the one after the other server's).
+    (in a new order each round, shuffled with a fixed seed, so no target always follows another server's).
     Per target: (times to first byte, total times, CPU seconds per request of the server process it talks to)."""
     samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name, _, _, _ in targets}
     cpu = {name: 0.0 for name, _, _, _ in targets}
@@ -68,8 +69,9 @@ async def serial(targets: list[Target], stream: bool, n: int, pids: dict[str, in
             for _ in range(30):
                 await one(client, url, stream, headers, body)
         for block in range(max(1, n // 20)):
-            turn = block % len(targets)  # each target leads a round as often: the first block after a switch of server runs slower
-            for name, url, headers, body in targets[turn:] + targets[:turn]:
+            order = list(targets)
+            random.Random(block).shuffle(order)  # the first block after a switch of server runs slower: no target always comes after another server's
+            for name, url, headers, body in order:
                 used = cpu_seconds(pids[name])
                 for _ in range(20):
                     first, total = await one(client, url, stream, headers, body)
@@ -253,7 +255,7 @@ def main() -> int:
 def render(rows: dict[tuple[str, bool], dict[str, float]], n: int, costs: dict[tuple[str, bool], float], loads: list[float]) -> str:
     base = {s: rows[("direct to the stub", s)] for s in (False, True)}
     lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}; loopback; API-key auth; {n} requests "
-             f"per path at c=1 (paths interleaved in blocks of 20, the order rotated each round), {3 * n} at c=50 (in 3 rounds taken in turn); load average "
+             f"per path at c=1 (paths interleaved in blocks of 20, shuffled each round), {3 * n} at c=50 (in 3 rounds taken in turn); load average "
              f"(1 min) {' / '.join(f'{x:.1f}' for x in loads)} at the start, after json, after stream.", "",
              "| path | mode | c=1 median | added | vs chat path | c=1 p95 | server CPU / request | c=50 req/s | c=50 vs direct | TTFB median | TTFB added |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
