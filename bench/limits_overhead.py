@@ -88,6 +88,7 @@ def main() -> int:
                     f"http://127.0.0.1:{port}", "/health").start()
         procs.append(stub)
         targets = []
+        pids: dict[str, int] = {}
         for i, (name, limits) in enumerate(CONFIGS.items()):
             path = tmp / f"gw{i}.yaml"
             path.write_text(yaml.safe_dump(config(stub.url, limits, prefix)))
@@ -96,15 +97,18 @@ def main() -> int:
                       f"http://127.0.0.1:{gport}", "/readyz").start()
             procs.append(gw)
             targets.append((name, gw.url + "/v1/chat/completions", {"authorization": "Bearer sk-bench"}, CHAT))
-        samples = asyncio.run(serial(targets, False, args.requests))
+            assert gw.proc is not None
+            pids[name] = gw.proc.pid
+        samples = asyncio.run(serial(targets, False, args.requests, pids))
         ping = ping_p50()
     finally:
         for proc in reversed(procs):
             proc.stop()
         clean(prefix)
-    medians = {name: statistics.median(totals) * 1000 for name, (_, totals) in samples.items()}
-    p95s = {name: sorted(totals)[int(len(totals) * 0.95)] * 1000 for name, (_, totals) in samples.items()}
-    table = render(medians, p95s, args.requests, ping)
+    medians = {name: statistics.median(totals) * 1000 for name, (_, totals, _) in samples.items()}
+    p95s = {name: sorted(totals)[int(len(totals) * 0.95)] * 1000 for name, (_, totals, _) in samples.items()}
+    cpu = {name: used * 1000 for name, (_, _, used) in samples.items()}
+    table = render(medians, p95s, cpu, args.requests, ping)
     print(table)
     if not args.no_write:
         write_section("limits-overhead", table)
@@ -122,15 +126,16 @@ def ping_p50(n: int = 2000) -> float:
     return statistics.median(times) * 1000
 
 
-def render(medians: dict[str, float], p95s: dict[str, float], n: int, ping: float) -> str:
+def render(medians: dict[str, float], p95s: dict[str, float], cpu: dict[str, float], n: int, ping: float) -> str:
     base = medians["limits off"]
     lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}; loopback, Redis "
              f"{redis_version()} on the same machine; {n} non-streaming chat requests per gateway at c=1 (gateways "
-             "interleaved in blocks of 20), empty chain, stub upstream.", "",
-             "| gateway | p50 | added p50 | p95 |", "|---|---|---|---|"]
+             "interleaved in blocks of 20, in a new order each round), empty chain, stub upstream; the gateway "
+             "process's CPU per request beside (its own work, whatever else the machine runs).", "",
+             "| gateway | p50 | added p50 | p95 | gateway CPU per request |", "|---|---|---|---|---|"]
     for name, median in medians.items():
         added = "—" if name == "limits off" else f"{median - base:+.3f} ms"
-        lines.append(f"| {name} | {median:.3f} ms | {added} | {p95s[name]:.3f} ms |")
+        lines.append(f"| {name} | {median:.3f} ms | {added} | {p95s[name]:.3f} ms | {cpu[name]:.3f} ms |")
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     lines += ["", f"A Redis PING round trip from the bench process in the same run: {ping:.3f} ms p50; "
               f"load average at the end: {load}."]
