@@ -39,6 +39,12 @@ MAX_IDLE = 200
 BUFFERED = 1 << 20
 """Bytes of a response body read ahead of the consumer before the socket is paused."""
 
+MAX_HEAD_BYTES = 100 * 1024
+"""A response head (interim answers included) larger than this fails the call, as httpcore's limit does."""
+
+MAX_INTERIM = 10
+"""Interim (1xx) answers read before the final one at most."""
+
 PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
 
 
@@ -142,6 +148,8 @@ class _Connection(asyncio.Protocol):
         self.complete = False
         self.keep_alive = False
         self._buffered = 0
+        self._head_bytes = 0
+        self._interim = 0
 
     # -- asyncio.Protocol --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -149,11 +157,20 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.received = True
+        if self.complete:  # a second message on the same read: the connection is in no known state
+            self._fail(httpx2.RemoteProtocolError("the server sent more than one response"))
+            return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(httpx2.RemoteProtocolError(f"malformed HTTP response: {exc}"))
+            ours = exc.__context__ if isinstance(exc.__context__, httpx2.RemoteProtocolError) else None  # a callback's
+            self._fail(ours or httpx2.RemoteProtocolError(f"malformed HTTP response: {exc}"))
             return
+        if not self.head_done:  # everything read so far is head (or interim answers)
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:  # as httpcore: an endless head is not held in memory
+                self._fail(httpx2.RemoteProtocolError(f"the response head is over {MAX_HEAD_BYTES} bytes"))
+                return
         self._wake()
 
     def eof_received(self) -> bool | None:
@@ -161,8 +178,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if self.head_done and not self.complete and self.error is None and not self._has_length:
-            self.complete = True  # a body delimited by the end of the connection
+        if self.head_done and not self.complete and self.error is None and not self._has_length and exc is None:
+            self.complete = True  # a body delimited by the end of the connection (a reset cuts it: an error)
         elif not self.complete and self.error is None:
             reason = f": {exc}" if exc else ""
             if self.head_done:
@@ -179,6 +196,10 @@ class _Connection(asyncio.Protocol):
         pass
 
     # -- httptools callbacks --
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second response in the same read (raised: the parser stops, data_received fails)
+            raise httpx2.RemoteProtocolError("the server sent more than one response")
+
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
@@ -186,6 +207,9 @@ class _Connection(asyncio.Protocol):
         self.status = self.parser.get_status_code()
         if 100 <= self.status < 200:  # an interim answer (103 Early Hints): the final one follows
             self.headers = {}
+            self._interim += 1
+            if self._interim > MAX_INTERIM:
+                self._fail(httpx2.RemoteProtocolError(f"the server sent over {MAX_INTERIM} interim (1xx) answers"))
             return
         self.head_done = True
         self._has_length = "content-length" in self.headers or "chunked" in self.headers.get("transfer-encoding", "").lower()

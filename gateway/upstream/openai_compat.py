@@ -39,7 +39,10 @@ class OpenAICompatUpstream:
         self._origin = Origin(self._url)
         self._head = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in
                               {**self._headers, "accept": "*/*", "user-agent": "toolgate"}.items())
-        self._leanable = Http11Pool.serves(self._url)
+        # a header value with a line break (an env secret with a trailing newline) would split the
+        # request on the wire: such an upstream stays on httpx2, which refuses it per call, as before
+        self._leanable = Http11Pool.serves(self._url) and not any(
+            ch in str(v) for v in self._headers.values() for ch in "\r\n\0")
         self._lean: Http11Pool | None = None
         """Made on the first call that can use it: `_leanable`, and no request hooks on the shared
         client (checked per call: tracing adds its traceparent hook after the upstreams are built)."""

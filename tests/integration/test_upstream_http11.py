@@ -209,3 +209,48 @@ async def test_it_steps_aside_for_https_a_proxy_from_the_environment_and_request
     assert b"x-hooked: 1" in server.requests[1]  # through httpx2, whose hooks ran
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:3128")
     assert not Http11Pool.serves("http://127.0.0.1:8000/v1")
+
+
+async def test_an_endless_head_endless_interim_answers_and_a_second_response_fail_the_call(pool: Http11Pool) -> None:
+    # R: B4 -- a hostile upstream cannot make the gateway hold an unbounded head, loop on 1xx, or
+    # slip a second response into the first
+    async def endless_head(body: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        for n in range(20_000):  # 20,000 header lines of ~30 bytes: 600 KB, past the 100 KiB bound
+            writer.write(b"x-filler-%05d: %s\r\n" % (n, b"y" * 16))
+        await writer.drain()
+        return False
+
+    async def interim_forever(body: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n" * 50)
+        await writer.drain()
+        return False
+
+    async def two_answers(body: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(answer(b'{"a": 1}') + answer(b'{"b": 2}'))
+        await writer.drain()
+        return True
+
+    for handler, said in ((endless_head, "head is over"), (interim_forever, "interim"), (two_answers, "more than one response")):
+        async with RawServer(handler) as server:
+            with pytest.raises(httpx2.RemoteProtocolError, match=said):
+                response = await pool.post(Origin(server.url), b"", b"{}", connect_timeout=10, read_timeout=30)
+                try:
+                    await response.aread()
+                finally:
+                    await response.aclose()
+
+
+async def test_a_key_with_a_line_break_never_splits_the_request_on_the_wire() -> None:
+    # R: B4 -- an env secret with a trailing newline: the request is refused, not sent as two
+    async def completion(body: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(answer(b'{"id": "c", "object": "chat.completion", "choices": []}'))
+        await writer.drain()
+        return True
+
+    async with RawServer(completion) as server, httpx2.AsyncClient() as http:
+        upstream = OpenAICompatUpstream("u", server.url.removesuffix("/chat/completions"), "sk-abc\n", 30, http)
+        with pytest.raises(Exception):
+            await upstream.complete({"model": "m", "messages": []})
+        await upstream.aclose()
+    assert server.requests == []
