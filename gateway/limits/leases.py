@@ -34,6 +34,7 @@ the calendar period), so a new period starts a new reading.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -121,6 +122,7 @@ class LeasingCounters:
         self._leases: dict[str, _Lease] = {}
         self._slots: dict[str, _Slots] = {}
         self._readings: dict[str, _Reading] = {}
+        self._closed = False
         self._held: dict[str, dict[str, tuple[str, _Slots | None]]] = {}
         """Admission holder → concurrency key → (the slot's member name in Redis, the lease it came from)."""
 
@@ -217,7 +219,14 @@ class LeasingCounters:
         concurrency checks ask for a lease's worth; tokens and budgets refresh their readings."""
         wants = [0 if took is not None else self.lease_size(c) if c.kind in ("requests", "concurrent") else 1
                  for c, took in zip(checks, taken)]
-        outcomes, granted = await self.redis.lease(checks, holder, wants)
+        try:
+            outcomes, granted = await self.redis.lease(checks, holder, wants)
+        except BaseException:  # cancelled or failed: the script may have run and added a lease of slots
+            for check, want in zip(checks, wants):
+                if check.kind == "concurrent" and want > 1:
+                    for n in range(1, want + 1):  # freeing a member that was never added is a no-op
+                        self._remove_slot(check, f"{holder}#{n}")
+            raise
         after = self.clock()
         allowed = all(o.allowed for o in outcomes)
         if not allowed:
@@ -231,17 +240,59 @@ class LeasingCounters:
             elif check.kind == "requests":
                 left = took.left if isinstance(took, _Lease) else got - 1
                 if got > 1:
-                    self._leases[check.key] = _Lease(check, got - 1, outcome.remaining, outcome.reset, after)
+                    self._install_lease(_Lease(check, got - 1, outcome.remaining, outcome.reset, after))
                 outcomes[i] = replace(outcome, remaining=outcome.remaining + left)  # the lease is this replica's to use
             elif took is None and got > 1:
                 slots = _Slots(check, [f"{holder}#{n}" for n in range(got, 1, -1)], after)
-                self._slots[check.key] = slots
+                self._install_slots(slots)
                 self._held.setdefault(holder, {})[check.key] = (f"{holder}#1", slots)
             elif took is None:
                 self._held.setdefault(holder, {})[check.key] = (holder, None)
         if allowed:
             self._hold(holder, checks, taken)
         return outcomes
+
+    def _install_lease(self, lease: _Lease) -> None:
+        """Make `lease` this replica's lease on its key; one it replaces (admissions that went to Redis
+        at the same time) gives back what it has left."""
+        old = self._leases.get(lease.check.key)
+        if old is not None and old.left:
+            self.redis.give_back(old.check, old.left)
+        if self._closed:  # the gateway is stopping: nothing is kept
+            self.redis.give_back(lease.check, lease.left)
+            return
+        self._leases[lease.check.key] = lease
+        self._expire_later(lease.check.key, lease)
+
+    def _install_slots(self, slots: _Slots) -> None:
+        """As `_install_lease`, for a lease of concurrency slots: one replaced removes its free slots."""
+        old = self._slots.get(slots.check.key)
+        if old is not None:
+            for member in old.free:
+                self._remove_slot(old.check, member)
+        if self._closed:
+            for member in slots.free:
+                self._remove_slot(slots.check, member)
+            return
+        self._slots[slots.check.key] = slots
+        self._expire_later(slots.check.key, slots)
+
+    def _expire_later(self, key: str, lease: _Lease | _Slots) -> None:
+        """Give back what `lease` holds once it is `stale_seconds` old, even if no admission comes for
+        its key again (an idle replica holds nothing for long)."""
+        asyncio.get_running_loop().call_later(self.stale_seconds, self._expire, key, lease)
+
+    def _expire(self, key: str, lease: _Lease | _Slots) -> None:
+        if self.clock() - lease.at < self.stale_seconds - 0.001:
+            return  # (a clock a test moves by hand: its admissions find the lease stale themselves)
+        if isinstance(lease, _Lease) and self._leases.get(key) is lease:
+            del self._leases[key]
+            if lease.left:
+                self.redis.give_back(lease.check, lease.left)
+        elif isinstance(lease, _Slots) and self._slots.get(key) is lease:
+            del self._slots[key]
+            for member in lease.free:
+                self._remove_slot(lease.check, member)
 
     async def settle(self, charges: Sequence[Charge], releases: Sequence[Check], holder: str) -> None:
         now = self.clock()
@@ -261,6 +312,7 @@ class LeasingCounters:
 
     async def close(self) -> None:
         """Give back what the leases hold, then send everything pending and close."""
+        self._closed = True  # a lease an admission in flight brings back now is given back at once
         for lease in self._leases.values():
             if lease.left:
                 self.redis.give_back(lease.check, lease.left)

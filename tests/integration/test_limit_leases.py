@@ -274,3 +274,77 @@ def test_settlements_riding_on_an_admission_whose_client_left_still_reach_redis(
 
     asyncio.run(scenario())
     assert taken(tokens.key, tokens) >= 24  # the 25 tokens counted (less what Redis's clock refilled)
+
+
+def slot_members(key: str) -> int:
+    client = redis_py.Redis.from_url(redis_support.URL)
+    try:
+        return int(client.zcard(key))
+    finally:
+        client.close()
+
+
+def test_an_admission_cancelled_in_flight_leaves_no_leased_slot_behind(prefix) -> None:
+    # R: O2 -- the script may have added holder#1… before the client left: they are freed, not left to lapse
+    slot = Check("concurrent", "c", f"{prefix}slot", 200, 600)  # leases of 10
+    clock = Clock()
+
+    async def scenario() -> None:
+        counters = replica(clock)
+        try:
+            await counters.ping()  # a connection ready: the admission's script goes out at its first step
+            admission = asyncio.ensure_future(counters.admit([slot], "H"))
+            await asyncio.sleep(0)  # let it send (one step of the loop, not a wait)
+            admission.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await admission
+            await counters.settle([], [slot], "H")  # what the gate does for an admission that never completed
+        finally:
+            await counters.close()
+
+    asyncio.run(scenario())
+    assert slot_members(slot.key) == 0
+
+
+def test_admissions_racing_to_redis_on_one_replica_orphan_no_lease(prefix) -> None:
+    # R: O2 -- a lease replaced by one that arrived at the same time gives back what it held
+    slot = Check("concurrent", "c", f"{prefix}slot", 500, 600)  # leases of 25
+    rpm = Check("requests", "r", f"{prefix}rpm", 600, 60)  # leases of 30
+    clock = Clock()
+
+    async def scenario() -> float:
+        counters = replica(clock)
+        try:
+            outcomes = await asyncio.gather(*(counters.admit([rpm, slot], f"h{n}") for n in range(12)))
+            assert all(o.allowed for pair in outcomes for o in pair)
+            for n in range(12):
+                await counters.settle([], [slot], f"h{n}")
+        finally:
+            await counters.close()
+        return taken(rpm.key, rpm)
+
+    requests_taken = asyncio.run(scenario())
+    assert slot_members(slot.key) == 0  # every slot freed: none orphaned by a replaced lease
+    assert requests_taken <= 12.5  # only the twelve used stay taken (leases replaced or closed gave theirs back)
+
+
+def test_a_lease_an_idle_replica_holds_is_given_back_after_stale_seconds_without_another_admission(prefix) -> None:
+    # R: O2
+    slot = Check("concurrent", "c", f"{prefix}slot", 200, 600)
+
+    async def scenario() -> tuple[int, int]:
+        counters = LeasingCounters(RedisCounters(redis_support.URL, password=None, username=None, timeout=2),
+                                   lease_share=0.05, stale_seconds=0.05)
+        try:
+            await counters.admit([slot], "a")
+            await counters.settle([], [slot], "a")
+            held = slot_members(slot.key)
+            deadline = time.monotonic() + 10
+            while slot_members(slot.key) and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)  # polling Redis with a deadline: nothing else happens on this replica
+            return held, slot_members(slot.key)
+        finally:
+            await counters.close()
+
+    held, later = asyncio.run(scenario())
+    assert held == 10 and later == 0
