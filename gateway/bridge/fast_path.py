@@ -297,8 +297,9 @@ class LeanRelay:
             await answer.finish(status, message)
         finally:
             gone.cancel()
-            if not work.done():
+            if not work.done():  # e.g. the keep-alive ping failed: the caller left mid-write
                 work.cancel()
+                await asyncio.wait({work})  # the call (and its upstream call) ends before the context closes
             await ctx.close()
 
     async def _result(self, ctx: LeanContext, call: Callable[[LeanContext], Awaitable[BaseModel]]) -> tuple[int, dict[str, Any]]:
