@@ -4,7 +4,6 @@ PostgreSQL alike (S1), the REST routes against the real Bridge over loopback."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,21 +12,13 @@ import pytest
 
 from gateway.bridge.records import BridgeRecord
 from gateway.bridge.store import KEPT_VERSIONS, BridgeStore
-from gateway.bridge.store_factory import open_store
-from tests.support import postgres
 from tests.support.bridge_servers import ServedBridge, edge, graph, node, pipeline, rest, served_bridge, tool_node
+from tests.support.stores import KINDS, opened_store
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=KINDS)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BridgeStore]:
-    async with contextlib.AsyncExitStack() as stack:
-        if request.param == "sqlite":
-            database = str(tmp_path / "bridge.db")
-        else:
-            database = await stack.enter_async_context(postgres.fresh_database())
-        db = open_store(database, tmp_path)
-        await db.open()
-        stack.push_async_callback(db.close)
+    async with opened_store(request.param, tmp_path) as db:
         yield db
 
 

@@ -24,6 +24,7 @@ from gateway.bridge.store_factory import open_store
 from gateway.bridge.store_postgres import MIGRATIONS, PostgresStore
 from gateway.bridge.store_sqlite import SqliteStore
 from tests.support import postgres
+from tests.support.stores import KINDS, opened_store
 from tests.support.faults import free_port
 
 
@@ -31,16 +32,9 @@ def record(actor: str = "alice", resource: str = "gh__echo", ts: float = 1000.0,
     return AuditRecord(ts, "mcp.tool_call", actor, f"{actor}@x.test", resource, "federation", False, {"q": "x"}, status, 1.5)  # type: ignore[arg-type]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=KINDS)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BridgeStore]:
-    async with contextlib.AsyncExitStack() as stack:
-        if request.param == "sqlite":
-            database = str(tmp_path / "bridge.db")
-        else:
-            database = await stack.enter_async_context(postgres.fresh_database())
-        db = open_store(database, tmp_path)
-        await db.open()
-        stack.push_async_callback(db.close)
+    async with opened_store(request.param, tmp_path) as db:
         yield db
 
 
