@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis as redis_py
@@ -36,9 +36,18 @@ def prefix() -> Iterator[str]:
     redis_support.clean(found)
 
 
-def replica(clock: Clock, share: float = 0.05, stale: float = 0.2) -> LeasingCounters:
+def replica(clock: Callable[[], float], share: float = 0.05, stale: float = 0.2) -> LeasingCounters:
     return LeasingCounters(RedisCounters(redis_support.URL, password=None, username=None, timeout=2),
                            lease_share=share, stale_seconds=stale, clock=clock)
+
+
+def members(key: str) -> set[bytes]:
+    """The members of the concurrency set at `key` (the slots Redis counts as taken)."""
+    client = redis_py.Redis.from_url(redis_support.URL)
+    try:
+        return set(client.zrange(key, 0, -1))
+    finally:
+        client.close()
 
 
 def taken(key: str, check: Check) -> float:
@@ -186,13 +195,6 @@ def test_concurrency_slots_are_leased_handed_out_here_and_never_exceed_the_limit
     slot = Check("concurrent", "c", f"{prefix}slot", 40, 600)  # 5 % of 40: leases of 2
     clock = Clock()
 
-    def in_redis() -> int:
-        client = redis_py.Redis.from_url(redis_support.URL)
-        try:
-            return int(client.zcard(slot.key))
-        finally:
-            client.close()
-
     async def scenario() -> tuple[int, int, int, int]:
         first, second = replica(clock), replica(clock)
         holders: list[tuple[LeasingCounters, str]] = []
@@ -205,12 +207,12 @@ def test_concurrency_slots_are_leased_handed_out_here_and_never_exceed_the_limit
                     holders.append((counters, f"h{n}"))
                 else:
                     refused += 1
-            in_flight, held = len(holders), in_redis()
+            in_flight, held = len(holders), len(members(slot.key))
             for counters, holder in holders:
                 await counters.settle([], [slot], holder)  # back to the leases, or removed
             await first.close()
             await second.close()
-            return in_flight, refused, held, in_redis()
+            return in_flight, refused, held, len(members(slot.key))
         finally:
             await first.close()
             await second.close()
@@ -226,26 +228,19 @@ def test_a_slot_freed_here_is_reused_without_redis_and_an_old_lease_is_removed(p
     slot = Check("concurrent", "c", f"{prefix}slot", 100, 600)  # leases of 5
     clock = Clock()
 
-    def members() -> set[bytes]:
-        client = redis_py.Redis.from_url(redis_support.URL)
-        try:
-            return set(client.zrange(slot.key, 0, -1))
-        finally:
-            client.close()
-
     async def scenario() -> tuple[set[bytes], set[bytes], set[bytes]]:
         counters = replica(clock)
         try:
             await counters.admit([slot], "a")
-            leased = members()
+            leased = members(slot.key)
             await counters.settle([], [slot], "a")
             await counters.admit([slot], "b")  # a free slot of the lease: nothing new in Redis
-            again = members()
+            again = members(slot.key)
             clock.now += 0.5  # the lease is old: its free slots go, "b"'s slot goes when b ends
             await counters.admit([slot], "c")
             await counters.settle([], [slot], "b")
             await counters.redis.flush()
-            return leased, again, members()
+            return leased, again, members(slot.key)
         finally:
             await counters.close()
 
@@ -276,14 +271,6 @@ def test_settlements_riding_on_an_admission_whose_client_left_still_reach_redis(
     assert taken(tokens.key, tokens) >= 24  # the 25 tokens counted (less what Redis's clock refilled)
 
 
-def slot_members(key: str) -> int:
-    client = redis_py.Redis.from_url(redis_support.URL)
-    try:
-        return int(client.zcard(key))
-    finally:
-        client.close()
-
-
 def test_an_admission_cancelled_in_flight_leaves_no_leased_slot_behind(prefix) -> None:
     # R: O2 -- the script may have added holder#1… before the client left: they are freed, not left to lapse
     slot = Check("concurrent", "c", f"{prefix}slot", 200, 600)  # leases of 10
@@ -303,7 +290,7 @@ def test_an_admission_cancelled_in_flight_leaves_no_leased_slot_behind(prefix) -
             await counters.close()
 
     asyncio.run(scenario())
-    assert slot_members(slot.key) == 0
+    assert len(members(slot.key)) == 0
 
 
 def test_admissions_racing_to_redis_on_one_replica_orphan_no_lease(prefix) -> None:
@@ -324,7 +311,7 @@ def test_admissions_racing_to_redis_on_one_replica_orphan_no_lease(prefix) -> No
         return taken(rpm.key, rpm)
 
     requests_taken = asyncio.run(scenario())
-    assert slot_members(slot.key) == 0  # every slot freed: none orphaned by a replaced lease
+    assert len(members(slot.key)) == 0  # every slot freed: none orphaned by a replaced lease
     assert requests_taken <= 12.5  # only the twelve used stay taken (leases replaced or closed gave theirs back)
 
 
@@ -333,16 +320,15 @@ def test_a_lease_an_idle_replica_holds_is_given_back_after_stale_seconds_without
     slot = Check("concurrent", "c", f"{prefix}slot", 200, 600)
 
     async def scenario() -> tuple[int, int]:
-        counters = LeasingCounters(RedisCounters(redis_support.URL, password=None, username=None, timeout=2),
-                                   lease_share=0.05, stale_seconds=0.05)
+        counters = replica(time.monotonic, stale=0.05)  # the real clock: the lease's own timer gives it back
         try:
             await counters.admit([slot], "a")
             await counters.settle([], [slot], "a")
-            held = slot_members(slot.key)
+            held = len(members(slot.key))
             deadline = time.monotonic() + 10
-            while slot_members(slot.key) and time.monotonic() < deadline:
+            while len(members(slot.key)) and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)  # polling Redis with a deadline: nothing else happens on this replica
-            return held, slot_members(slot.key)
+            return held, len(members(slot.key))
         finally:
             await counters.close()
 

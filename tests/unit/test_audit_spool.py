@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import os
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -271,9 +273,6 @@ bridge:
 @pytest.fixture
 def small_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
     """A 64 KiB tmpfs: a real disk that fills up (needs root and mount, as on our machines)."""
-    import os
-    import subprocess
-
     folder = tmp_path / "disk"
     folder.mkdir()
     if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)],
