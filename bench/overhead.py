@@ -96,17 +96,23 @@ async def throughputs(targets: list[Target], stream: bool, n: int, rounds: int =
             await asyncio.gather(*(one(client, url, stream, headers, body) for _ in range(50)))
         for _ in range(rounds):
             for name, url, headers, body in targets:
-                queue = list(range(n // rounds))
-
-                async def worker() -> None:
-                    while queue:
-                        queue.pop()
-                        await one(client, url, stream, headers, body)
-
-                started = time.perf_counter()
-                await asyncio.gather(*(worker() for _ in range(50)))
-                spent[name] += time.perf_counter() - started
+                spent[name] += await fifty_clients(client, url, stream, headers, body, n // rounds)
     return {name: (n // rounds) * rounds / seconds for name, seconds in spent.items()}
+
+
+async def fifty_clients(client: httpx2.AsyncClient, url: str, stream: bool, headers: dict[str, str],
+                        body: dict[str, object], n: int) -> float:
+    """`n` requests from 50 concurrent workers on `client`; the seconds they took."""
+    queue = list(range(n))
+
+    async def worker() -> None:
+        while queue:
+            queue.pop()
+            await one(client, url, stream, headers, body)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(50)))
+    return time.perf_counter() - started
 
 
 def summarise(firsts: list[float], totals: list[float], cpu: float, rps: float) -> dict[str, float]:

@@ -29,7 +29,7 @@ import httpx2
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from bench.overhead import AUTH, CHAT, MESSAGES, RESPONSES, gateway_config, gateway_proc, one  # noqa: E402
+from bench.overhead import AUTH, CHAT, MESSAGES, RESPONSES, fifty_clients, gateway_config, gateway_proc  # noqa: E402
 from bench.procs import Proc, free_port, machine  # noqa: E402
 
 APIS = {"chat": ("/v1/chat/completions", CHAT, {}), "responses": ("/v1/responses", RESPONSES, {}),
@@ -40,16 +40,7 @@ FRAME = re.compile(r"^(?P<fn>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 async def load(url: str, stream: bool, n: int, headers: dict[str, str], body: dict[str, object]) -> float:
     """`n` requests from 50 concurrent clients; requests per second."""
     async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=100, max_keepalive_connections=100)) as client:
-        queue = list(range(n))
-
-        async def worker() -> None:
-            while queue:
-                queue.pop()
-                await one(client, url, stream, headers, body)
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(50)))
-        return n / (time.perf_counter() - started)
+        return n / await fifty_clients(client, url, stream, headers, body, n)
 
 
 def package(path: str) -> str:
