@@ -152,8 +152,7 @@ class LeasingCounters:
             lease = self._leases.get(check.key)
             if lease is not None and now - lease.at > self.stale_seconds:
                 del self._leases[check.key]
-                if lease.left:
-                    self.redis.give_back(lease.check, lease.left)
+                self._give_back(lease)
                 return None
             if lease is None or lease.left < 1:
                 return None
@@ -163,8 +162,7 @@ class LeasingCounters:
             slots = self._slots.get(check.key)
             if slots is not None and now - slots.at > self.stale_seconds:
                 del self._slots[check.key]
-                for member in slots.free:
-                    self._remove_slot(slots.check, member)
+                self._give_back(slots)
                 return None
             if slots is None or not slots.free:
                 return None
@@ -256,10 +254,10 @@ class LeasingCounters:
         """Make `lease` this replica's lease on its key; one it replaces (admissions that went to Redis
         at the same time) gives back what it has left."""
         old = self._leases.get(lease.check.key)
-        if old is not None and old.left:
-            self.redis.give_back(old.check, old.left)
+        if old is not None:
+            self._give_back(old)
         if self._closed:  # the gateway is stopping: nothing is kept
-            self.redis.give_back(lease.check, lease.left)
+            self._give_back(lease)
             return
         self._leases[lease.check.key] = lease
         self._expire_later(lease.check.key, lease)
@@ -268,11 +266,9 @@ class LeasingCounters:
         """As `_install_lease`, for a lease of concurrency slots: one replaced removes its free slots."""
         old = self._slots.get(slots.check.key)
         if old is not None:
-            for member in old.free:
-                self._remove_slot(old.check, member)
+            self._give_back(old)
         if self._closed:
-            for member in slots.free:
-                self._remove_slot(slots.check, member)
+            self._give_back(slots)
             return
         self._slots[slots.check.key] = slots
         self._expire_later(slots.check.key, slots)
@@ -287,10 +283,17 @@ class LeasingCounters:
             return  # (a clock a test moves by hand: its admissions find the lease stale themselves)
         if isinstance(lease, _Lease) and self._leases.get(key) is lease:
             del self._leases[key]
-            if lease.left:
-                self.redis.give_back(lease.check, lease.left)
+            self._give_back(lease)
         elif isinstance(lease, _Slots) and self._slots.get(key) is lease:
             del self._slots[key]
+            self._give_back(lease)
+
+    def _give_back(self, lease: _Lease | _Slots) -> None:
+        """Return to Redis what a lease no longer kept still holds: its requests left, its free slots."""
+        if isinstance(lease, _Lease):
+            if lease.left:
+                self.redis.give_back(lease.check, lease.left)
+        else:
             for member in lease.free:
                 self._remove_slot(lease.check, member)
 
@@ -313,12 +316,8 @@ class LeasingCounters:
     async def close(self) -> None:
         """Give back what the leases hold, then send everything pending and close."""
         self._closed = True  # a lease an admission in flight brings back now is given back at once
-        for lease in self._leases.values():
-            if lease.left:
-                self.redis.give_back(lease.check, lease.left)
-        for slots in self._slots.values():
-            for member in slots.free:
-                self._remove_slot(slots.check, member)
+        for lease in [*self._leases.values(), *self._slots.values()]:
+            self._give_back(lease)
         self._leases.clear()
         self._slots.clear()
         await self.redis.close()
