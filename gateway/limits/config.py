@@ -67,6 +67,10 @@ class LimitsConfig(_Strict):
         default="open", description="Redis unreachable: open lets the request pass (counted, logged); closed answers 503")
     key_prefix: str = Field(default="toolgate:", min_length=1, max_length=64, description="the start of every Redis key the counters use")
     timeout_seconds: float = Field(default=0.5, gt=0, le=30, description="one Redis call's budget (connect, then reply)")
+    connections: int = Field(
+        default=64, ge=1, le=10_000,
+        description="most Redis connections one replica opens at once; a call waits for a free one "
+                    "within timeout_seconds (a stalled Redis costs this many sockets, not one per request)")
     lease_share: float = Field(
         default=0.01, ge=0, le=0.1,
         description="share of a requests_per_minute limit one replica takes from Redis at once and admits "

@@ -265,7 +265,8 @@ def build_limits(config: LimitsConfig | None, base_dir: Path, secrets: SecretSet
             from gateway.limits.redis_counters import RedisCounters
 
             password = resolve_secret(config.password, base_dir, secrets) if config.password else None
-            redis = RedisCounters(config.redis, password=password, username=config.username, timeout=config.timeout_seconds)
+            redis = RedisCounters(config.redis, password=password, username=config.username,
+                                  timeout=config.timeout_seconds, connections=config.connections)
             shared: Counters = redis
             if config.lease_share > 0 or config.stale_seconds > 0:
                 from gateway.limits.leases import LeasingCounters

@@ -146,31 +146,36 @@ class _Connections:
     redis-py's own pool and per-read socket timeouts cost more than the round trip itself on
     loopback (≈ 130 µs a call against ≈ 65 µs on a held connection, bench/limits_overhead.py);
     a call is bounded instead by one `asyncio.timeout`, and a connection whose call failed or
-    timed out is dropped, never reused in an unknown state."""
+    timed out is dropped, never reused in an unknown state. At most `most` calls (so connections)
+    at once: while Redis stalls, further calls wait for a free one within the same timeout and fail
+    as any timed-out call does, instead of opening a socket each."""
 
-    def __init__(self, url: str, *, password: str | None, username: str | None, timeout: float, idle: int = 64) -> None:
+    def __init__(self, url: str, *, password: str | None, username: str | None, timeout: float,
+                 most: int = 64, idle: int = 64) -> None:
         parsed = ConnectionPool.from_url(url, password=password, username=username, socket_timeout=None,
                                          socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0))
         self._make: Callable[[], Any] = lambda: parsed.connection_class(**parsed.connection_kwargs)
         self._idle: list[Any] = []
-        self._most_idle = idle
+        self._most_idle = min(idle, most)
+        self._slots = asyncio.Semaphore(most)
         self.timeout = timeout
 
     async def call(self, *args: Any) -> Any:
         """One command's reply; a Redis error reply is raised as redis-py raises it."""
-        conn = self._idle.pop() if self._idle else self._make()
-        try:
-            async with asyncio.timeout(self.timeout):
-                await conn.send_command(*args)
-                reply = await conn.read_response()
-        except ResponseError:
-            self._keep(conn)  # an error reply leaves the connection in step
-            raise
-        except BaseException:
-            await _drop(conn)
-            raise
-        self._keep(conn)
-        return reply
+        async with asyncio.timeout(self.timeout):
+            async with self._slots:
+                conn = self._idle.pop() if self._idle else self._make()
+                try:
+                    await conn.send_command(*args)
+                    reply = await conn.read_response()
+                except ResponseError:
+                    self._keep(conn)  # an error reply leaves the connection in step
+                    raise
+                except BaseException:
+                    await _drop(conn)
+                    raise
+                self._keep(conn)
+                return reply
 
     def _keep(self, conn: Any) -> None:
         if len(self._idle) < self._most_idle:
@@ -211,11 +216,12 @@ class RedisCounters:
 
     shared = True
 
-    def __init__(self, url: str, *, password: str | None, username: str | None, timeout: float) -> None:
+    def __init__(self, url: str, *, password: str | None, username: str | None, timeout: float,
+                 connections: int = 64) -> None:
         self.where = redis_location(url)
         self.on_error: Callable[[CountersError], None] | None = None
         self.flush_seconds = FLUSH_SECONDS
-        self._connections = _Connections(url, password=password, username=username, timeout=timeout)
+        self._connections = _Connections(url, password=password, username=username, timeout=timeout, most=connections)
         self._sha = hashlib.sha1(COUNT.encode()).hexdigest()
         self._pending_keys: list[str] = []
         self._pending_args: list[str | float] = []

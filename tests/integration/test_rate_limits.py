@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import selectors
 import socket
 import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -254,6 +256,70 @@ def test_with_redis_unreachable_requests_pass_by_default_counted_and_logged(upst
     assert errors == 3
     lines = [json.loads(line)["message"] for line in logs.getvalue().splitlines()]
     assert any(line.startswith(f"limits: admit failed: Redis at 127.0.0.1:{port}/0: ") for line in lines), lines
+
+
+class SilentRedis:
+    """A TCP server on loopback that accepts and reads but never answers (a stalled Redis), and
+    counts the most connections it held open at once."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0), backlog=256)
+        self.port = self.listener.getsockname()[1]
+        self.most_open = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.listener, selectors.EVENT_READ)
+            held: set[socket.socket] = set()
+            while not self._stop.is_set():
+                for key, _ in selector.select(timeout=0.05):
+                    if key.fileobj is self.listener:
+                        conn, _ = self.listener.accept()
+                        held.add(conn)
+                        selector.register(conn, selectors.EVENT_READ)
+                        self.most_open = max(self.most_open, len(held))
+                    elif not key.fileobj.recv(65536):  # type: ignore[union-attr]
+                        selector.unregister(key.fileobj)
+                        held.discard(key.fileobj)  # type: ignore[arg-type]
+                        key.fileobj.close()  # type: ignore[union-attr]
+            for conn in held:
+                conn.close()
+
+    def __enter__(self) -> "SilentRedis":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.listener.close()
+
+
+def test_a_stalled_redis_costs_at_most_limits_connections_sockets_however_many_requests_wait(upstream, prefix) -> None:
+    # R: O2 — each admission waiting on a stalled Redis used to open a connection of its own
+    scripted, server = upstream
+    with SilentRedis() as silent:
+        config = limited(server.url, [{"per": "route", "requests_per_minute": 100}], prefix,
+                         redis=f"redis://127.0.0.1:{silent.port}/0", timeout_seconds=1, connections=2)
+        with running_gateway(config) as gw:
+            with ThreadPoolExecutor(8) as pool:
+                statuses = list(pool.map(lambda _: post(gw).status_code, range(8)))
+            errors = metric(gw.url, "toolgate_limits_redis_errors_total", operation="admit")
+
+    assert statuses == [200] * 8  # on_redis_error: open — every request passed, counted as a Redis error
+    assert errors == 8
+    assert silent.most_open == 2
+
+
+def test_limits_connections_below_one_is_refused_with_the_key_named() -> None:
+    # R: O2
+    with pytest.raises(ValueError) as refused:
+        LimitsConfig.model_validate({"redis": redis_support.URL, "connections": 0,
+                                     "rules": [{"per": "route", "requests_per_minute": 1}]})
+    assert "connections" in str(refused.value)
+    assert "greater than or equal to 1" in str(refused.value)
 
 
 def test_with_redis_unreachable_and_on_redis_error_closed_requests_get_503_naming_why(upstream, prefix) -> None:
