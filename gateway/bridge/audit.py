@@ -3,6 +3,11 @@
 `submit` never waits and never raises. Each record gets an id (`AuditRecord.record_id`) when it is
 queued, so the store can tell a record it has from a new one.
 
+The task writes batches of up to `_BATCH` records, one store write each (one transaction on
+SQLite, one hop to its thread; one round trip on PostgreSQL). After taking a record it waits up to
+`LINGER` seconds for more to join the batch, so a busy Bridge writes once per `LINGER` rather than
+once per call; a full batch, `flushed()` and `stop()` cut the wait short.
+
 Without a spool (`bridge.auditSpool` unset), a full queue or a failing store drops the record and
 counts it in `toolgate_audit_dropped_total` on the registry the service was given.
 
@@ -43,6 +48,9 @@ log = logging.getLogger("toolgate.bridge.audit")
 
 _BATCH = 256
 
+LINGER = 0.05
+"""Seconds a batch waits for more records after its first (unless it fills up or is flushed)."""
+
 RETRY_FIRST = 0.2
 """Seconds before the first replay after a store failure; doubled after each failed replay."""
 
@@ -55,9 +63,14 @@ class AuditWriter:
     With `spool`, records the store cannot take wait there (module docstring)."""
 
     def __init__(
-        self, store: BridgeStore, *, queue_size: int, registry: CollectorRegistry, spool: AuditSpool | None = None
+        self, store: BridgeStore, *, queue_size: int, registry: CollectorRegistry, spool: AuditSpool | None = None,
+        linger: float = LINGER,
     ) -> None:
         self._store = store
+        self._linger = linger
+        self._hurry = asyncio.Event()
+        """Set when the batch being gathered should be written now (full, flushed, stopping)."""
+        self._flushing = 0
         self._spool = spool
         self._queue: asyncio.Queue[AuditRecord] = asyncio.Queue(maxsize=queue_size)
         self._task: asyncio.Task[None] | None = None
@@ -87,6 +100,7 @@ class AuditWriter:
         one, is dropped and counted (`shutdown`)."""
         task, self._task = self._task, None
         self._stopped = True
+        self._hurry.set()
         if task is None:
             return
         with contextlib.suppress(TimeoutError):
@@ -117,6 +131,8 @@ class AuditWriter:
             record = dataclasses.replace(record, record_id=f"{self._run_id}-{next(self._ids)}")
         try:
             self._queue.put_nowait(record)
+            if self._queue.qsize() >= _BATCH:
+                self._hurry.set()
         except asyncio.QueueFull:
             if self._spool is None:
                 self.dropped.labels(reason="queue_full").inc()
@@ -126,11 +142,18 @@ class AuditWriter:
                 queued.append(self._queue.get_nowait())
                 self._queue.task_done()
             self._keep([*queued, record])
+            self._hurry.set()  # the batch being gathered (older than these) is written now
 
     async def flushed(self) -> None:
         """Wait until every record submitted so far was written, spooled or dropped (for tests and
-        shutdown); with a spool, also until the spool is empty (the store has every record)."""
-        await self._queue.join()
+        shutdown); with a spool, also until the spool is empty (the store has every record). The
+        batch being gathered meanwhile is written without waiting out `LINGER`."""
+        self._flushing += 1
+        self._hurry.set()
+        try:
+            await self._queue.join()
+        finally:
+            self._flushing -= 1
         if self._spool is not None:
             while self._spool.pending():
                 self._spool_idle.clear()
@@ -165,11 +188,17 @@ class AuditWriter:
                 await self._spooling()
                 continue
             batch = [await self._queue.get()]
-            while len(batch) < _BATCH and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+            if self._spilled():  # the queue overflowed into the spool before this record was taken: it goes behind
+                self._keep(batch)
+                self._queue.task_done()
+                continue
             try:
+                await self._gather()
+                # what was queued after an overflow into the spool (meanwhile) is newer than the spool: left for it
+                while len(batch) < _BATCH and not self._queue.empty() and not self._spilled():
+                    batch.append(self._queue.get_nowait())
                 await self._store.append_audit(batch)
-            except asyncio.CancelledError:  # stopped while the store was still writing
+            except asyncio.CancelledError:  # stopped while the batch was gathered or the store was still writing
                 if self._spool is not None:
                     self._keep(batch, first=True)
                 else:
@@ -188,6 +217,19 @@ class AuditWriter:
             finally:
                 for _ in batch:
                     self._queue.task_done()
+
+    def _spilled(self) -> bool:
+        return self._spool is not None and self._spool.pending()
+
+    async def _gather(self) -> None:
+        """Let more records join the batch: up to `LINGER` seconds, less when it fills up, is
+        flushed, the writer stops or the queue overflows into the spool (`_hurry`)."""
+        self._hurry.clear()
+        if self._linger <= 0 or self._stopped or self._flushing or self._queue.qsize() >= _BATCH - 1:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._linger):
+                await self._hurry.wait()
 
     async def _spooling(self) -> None:
         """One step while the spool holds records: new records join it; when the pause is over, it
