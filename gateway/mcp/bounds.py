@@ -112,6 +112,16 @@ class _BoundedStream(httpx2.AsyncByteStream):
         await self._inner.aclose()
 
 
+def bounded(stream: httpx2.AsyncByteStream, headers: httpx2.Headers, max_bytes: int) -> httpx2.AsyncByteStream:
+    """`stream`, the body of an answer with `headers`, bounded at `max_bytes` as it is read (per
+    event for an event stream), and refused unread when content-encoded. (`BoundedTransport` bounds
+    every answer of an httpx2 client with it; the lean call's POSTs on the lean HTTP/1.1 client too.)"""
+    media = headers.get("content-type", "").partition(";")[0].strip().lower()
+    codings = [c.strip().lower() for c in headers.get_list("content-encoding", split_commas=True)]
+    encoding = ", ".join(c for c in codings if c and c != "identity") or None
+    return _BoundedStream(stream, max_bytes, per_event=media == "text/event-stream", encoding=encoding)
+
+
 class BoundedTransport(httpx2.AsyncBaseTransport):
     """Wraps a transport; every response body is bounded at `max_bytes` as it is read (per event
     for an event stream). Answers are asked for, and only read, without a content encoding."""
@@ -124,12 +134,7 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
         request.headers["Accept-Encoding"] = "identity"
         response = await self._inner.handle_async_request(request)
         assert isinstance(response.stream, httpx2.AsyncByteStream)
-        media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-        codings = [c.strip().lower() for c in response.headers.get_list("content-encoding", split_commas=True)]
-        encoding = ", ".join(c for c in codings if c and c != "identity") or None
-        response.stream = _BoundedStream(
-            response.stream, self.max_bytes, per_event=media == "text/event-stream", encoding=encoding
-        )
+        response.stream = bounded(response.stream, response.headers, self.max_bytes)
         return response
 
     async def aclose(self) -> None:

@@ -111,6 +111,8 @@ class McpConnection:
                 job.cancel()
             if not self._ready.done():
                 self._ready.set_exception(SessionLost())
+            if self.watch.lean is not None:  # the session's own lean HTTP/1.1 connections (lean_http.py)
+                await self.watch.lean.aclose()
 
     async def memo(self, name: str, fetch: Callable[[], Awaitable[T]]) -> T:
         """`fetch()` once per session (tool and resource lists); concurrent callers share it.

@@ -9,6 +9,8 @@ an event stream, so `lean_call` makes it directly:
 - the same request: the session's own stamp (`_meta` envelope, `MCP-Protocol-Version`,
   `Mcp-Method`, `Mcp-Name`), the session's HTTP client (its pooled connections, the answer bound
   of bounds.py, the session watch, the draining of reuse.py), redirects only within the origin;
+  to a plain-HTTP endpoint the POST goes on the session's lean HTTP/1.1 client under the same
+  rules (lean_http.py);
 - the same answer: the result checked against the protocol version and typed as the SDK does
   (`validate_server_result`, `CallToolResult`); a JSON-RPC error, a non-2xx status, a 202, an
   unfollowed redirect, an unexpected content type, an event stream that fails or ends early raise
@@ -33,7 +35,9 @@ import asyncio
 import itertools
 import json
 import logging
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
@@ -52,6 +56,10 @@ from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from gateway.egress import EgressPolicy
+from gateway.json_bytes import json_bytes, read_json
+from gateway.mcp.lean_http import LeanPosts, drop
+
 log = logging.getLogger("toolgate.mcp")
 
 _ids = itertools.count(1)
@@ -60,13 +68,26 @@ NOTICE_SECONDS = 5.0
 """Longest a cancellation notice or an answer to the server's request may take (in the background)."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class LeanHttp:
-    """How a session's requests reach its server: its HTTP client, endpoint and event size bound."""
+    """How a session's requests reach its server: its HTTP client, endpoint and event size bound;
+    `egress`: the policy a guarded target's connections are checked by (None: not guarded).
+    `posts`: the session's own lean HTTP/1.1 client for its calls to a plain-HTTP endpoint
+    (lean_http.py; None: every request through `http`), closed with the session (`aclose`)."""
 
     http: httpx2.AsyncClient
     url: str
     max_event_bytes: int
+    egress: EgressPolicy | None = None
+    posts: LeanPosts | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if LeanPosts.serves(self.url):
+            self.posts = LeanPosts(self.http, self.url, self.max_event_bytes, self.egress)
+
+    async def aclose(self) -> None:
+        if self.posts is not None:
+            await self.posts.aclose()
 
 
 def can_lean(client: mcp.Client, http: LeanHttp | None) -> bool:
@@ -88,7 +109,7 @@ class _Exchange:
 
     async def post(self, message: dict[str, Any]) -> None:
         """POST a message of the session (an answer to the server's request, a notice), bounded."""
-        body = json.dumps(message, separators=(",", ":")).encode()
+        body = json_bytes(message, ascii=True)
         headers = {key: value for key, value in self.headers.items() if key.lower() not in ("mcp-method", "mcp-name")}
         async with asyncio.timeout(NOTICE_SECONDS):
             response = await self.http.http.post(self.http.url, content=body, headers=headers)
@@ -122,9 +143,9 @@ async def lean_call(
         headers[MCP_PROTOCOL_VERSION_HEADER] = version
     headers.update(options.get("headers", {}))
     exchange = _Exchange(http, session, request_id, headers, progress, modern, None if modern else session_id)
-    body = json.dumps(data, separators=(",", ":")).encode()
+    body = json_bytes(data, ascii=True)
     try:
-        async with stream_within_origin(http.http, "POST", http.url, content=body, headers=headers) as response:
+        async with _posted(http, body, headers) as response:
             raw = await _answer(exchange, response)
     except asyncio.CancelledError:
         if not modern:  # the server is told, as the SDK tells it (2026-07-28: closing the POST is the notice)
@@ -140,6 +161,25 @@ async def lean_call(
     if not (foreign := _later_revision_fields("tools/call", version)).isdisjoint(raw):
         raw = {key: value for key, value in raw.items() if key not in foreign}
     return types.CallToolResult.model_validate(raw, by_name=False)
+
+
+@asynccontextmanager
+async def _posted(http: LeanHttp, body: bytes, headers: dict[str, str]) -> AsyncIterator[httpx2.Response]:
+    """The answer to the call's POST: on the session's lean HTTP/1.1 client where it applies
+    (lean_http.py), else on its `httpx2` client, redirects followed only within the origin."""
+    response = await http.posts.post(body, headers) if http.posts is not None else None
+    if response is None:
+        async with stream_within_origin(http.http, "POST", http.url, content=body, headers=headers) as response:
+            yield response
+        return
+    try:
+        yield response
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # cancelled: the connection is dropped at once, not drained
+            drop(response)
+        raise
+    finally:
+        await response.aclose()
 
 
 def _in_background(work: Any) -> None:
@@ -166,7 +206,7 @@ async def _answer(exchange: _Exchange, response: httpx2.Response) -> dict[str, A
     if status >= 400:
         if content_type.startswith("application/json"):
             try:
-                message = json.loads(await response.aread())
+                message = read_json(await response.aread())
             except (httpx2.StreamError, ValueError):
                 message = None
             if isinstance(message, dict) and isinstance(message.get("error"), dict) and "result" not in message:
@@ -297,7 +337,7 @@ async def _serve_request(exchange: _Exchange, message: dict[str, Any]) -> None:
 def _message(data: str | bytes, failure: str) -> dict[str, Any]:
     """One JSON-RPC message; one the SDK could not read fails the call as it does (`failure`: its words)."""
     try:
-        message = json.loads(data)
+        message = _parsed(data)
     except ValueError:
         message = None
     if isinstance(message, dict) and message.get("jsonrpc") == "2.0" and _plain(message):
@@ -307,6 +347,16 @@ def _message(data: str | bytes, failure: str) -> dict[str, Any]:
     except ValidationError as exc:
         raise _error(PARSE_ERROR, f"{failure}: {exc}") from exc
     return parsed.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def _parsed(data: str | bytes) -> Any:
+    """`data` as `json.loads` reads it (by orjson where it can, gateway/json_bytes.py)."""
+    if isinstance(data, str):
+        try:
+            data = data.encode()
+        except UnicodeEncodeError:  # a lone surrogate: only json reads it
+            return json.loads(data)
+    return read_json(data)
 
 
 def _plain(message: dict[str, Any]) -> bool:

@@ -24,11 +24,18 @@ DRAIN_SECONDS = 0.5
 DRAIN_BYTES = 64 * 1024
 
 
-class _DrainingStream(httpx2.AsyncByteStream):
+class DrainingStream(httpx2.AsyncByteStream):
+    """A response body that drains before it closes (see the module docstring); `drop()` closes
+    it at once instead (a cancelled call's: its connection is dropped, never drained)."""
+
     def __init__(self, inner: httpx2.AsyncByteStream) -> None:
         self._inner = inner
         self._chunks: AsyncIterator[bytes] | None = None
         self._ended = False
+
+    def drop(self) -> None:
+        """Close without draining: what is left is never read and the connection not kept."""
+        self._ended = True
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         self._chunks = self._inner.__aiter__()
@@ -67,7 +74,7 @@ class DrainingTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self._inner.handle_async_request(request)
         assert isinstance(response.stream, httpx2.AsyncByteStream)
-        response.stream = _DrainingStream(response.stream)
+        response.stream = DrainingStream(response.stream)
         return response
 
     async def aclose(self) -> None:

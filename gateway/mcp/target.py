@@ -271,7 +271,7 @@ class McpClients:
             )
             watch = _WATCH.get()
             if watch is not None:  # the session's own requests may go out without the SDK's transport (lean.py)
-                watch.lean = LeanHttp(http, target.endpoint, self.max_answer_bytes)
+                watch.lean = LeanHttp(http, target.endpoint, self.max_answer_bytes, self.egress if target.guarded else None)
         known = self._discovered.get(target.key)
         mode: str = target.protocol if known is None else known.mode
         extra: dict[str, Any] = dict(options or {})

@@ -1,4 +1,5 @@
-"""A lean HTTP/1.1 client for the chat path's upstream calls over plain `http://` (issue 35).
+"""A lean HTTP/1.1 client for the chat path's upstream calls over plain `http://` (issue 35),
+and for the Bridge's tool calls on an open MCP session (gateway/mcp/lean_http.py).
 
 `httpx2` spends most of the gateway's CPU on a chat request (its anyio streams, a readability
 poll of every pooled connection before reuse, h11): more than half of the whole request, parsing,
@@ -22,7 +23,7 @@ import collections
 import os
 import time
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -276,14 +277,26 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
-class Http11Pool:
-    """Keep-alive connections per origin; `post` sends one request on one of them (or a new one)."""
+AddressOf = Callable[[str, int], Awaitable[str]]
+"""`(host, port) -> the address to connect to`; it raises `httpx2.ConnectError` to refuse the host
+(the MCP layer's egress check for callers' connections, gateway/mcp/lean_http.py)."""
 
-    def __init__(self, *, max_connections: int = 1000) -> None:
+
+class Http11Pool:
+    """Keep-alive connections per origin; `post` sends one request on one of them (or a new one).
+
+    `address_of`: where a new connection to a host goes (by default the host itself, as the
+    resolver gives it). `resend_fresh`: whether a request whose *new* connection failed before any
+    byte of a response is sent once more (the chat path's rule); without it, only a request written
+    on a kept-alive connection the server was just closing is."""
+
+    def __init__(self, *, max_connections: int = 1000, address_of: AddressOf | None = None, resend_fresh: bool = True) -> None:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._slots = asyncio.Semaphore(max_connections)
         self._open: set[_Connection] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._address_of = address_of
+        self._resend_fresh = resend_fresh
 
     @staticmethod
     def serves(url: str) -> bool:
@@ -308,12 +321,13 @@ class Http11Pool:
         try:
             for attempt in (0, 1):
                 conn = self._idle_connection((origin.host, origin.port)) if attempt == 0 else None
+                fresh = conn is None
                 if conn is None:
                     conn = await self._connect(origin, connect_timeout)
                 try:
                     return await self._exchange(conn, request, read_timeout)
                 except (httpx2.RemoteProtocolError, httpx2.ReadError):
-                    if conn.received or attempt:
+                    if conn.received or attempt or (fresh and not self._resend_fresh):
                         raise
             raise AssertionError("unreachable")  # pragma: no cover
         except BaseException:
@@ -347,7 +361,8 @@ class Http11Pool:
         key = (origin.host, origin.port)
         try:
             async with asyncio.timeout(timeout):
-                _, conn = await loop.create_connection(lambda: _Connection(key), origin.host, origin.port)
+                host = origin.host if self._address_of is None else await self._address_of(origin.host, origin.port)
+                _, conn = await loop.create_connection(lambda: _Connection(key), host, origin.port)
         except TimeoutError:
             raise httpx2.ConnectTimeout(f"no connection to {origin.host}:{origin.port} within {timeout:g}s") from None
         except OSError as exc:
