@@ -205,7 +205,14 @@ class Federation:
 
     async def _resolve_in(self, connections: list[ConnectionRecord], name: str) -> ResolvedTool | None:
         candidates = [c for c in connections if not c.name_prefix or name.startswith(c.name_prefix + SEPARATOR)]
-        listed = await asyncio.gather(*(self._upstreams.list_tools(c) for c in candidates), return_exceptions=True)
+        listed: list[list[types.Tool] | BaseException]
+        if len(candidates) == 1:  # the usual case: no task and gather on the call's path
+            try:
+                listed = [await self._upstreams.list_tools(candidates[0])]
+            except Exception as exc:
+                listed = [exc]
+        else:
+            listed = await asyncio.gather(*(self._upstreams.list_tools(c) for c in candidates), return_exceptions=True)
         found: list[ResolvedTool] = []
         failed: list[BaseException] = []
         for conn, tools in zip(candidates, listed, strict=True):

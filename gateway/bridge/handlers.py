@@ -148,7 +148,7 @@ class BridgeHandlers:
         started = time.perf_counter()
         action: AuditAction = "mcp.tool_call"
         mutating = is_mutating(name.partition("__")[2] or name)
-        result = error_result(f"unknown tool: {name}")
+        result: types.CallToolResult | None = None  # None: the call raised (a failure in the audit)
         # which bridge, by its owner too: ids are per owner, `scope` names the id as the caller typed it
         extra: dict[str, Any] = {"$bridge": {"owner": scope.bridge.owner}} if scope.bridge is not None else {}
         try:
@@ -168,7 +168,7 @@ class BridgeHandlers:
             result = self._secrets.scrub_model(result)
             return result
         finally:
-            status = "failure" if result.is_error else "success"
+            status = "failure" if result is None or result.is_error else "success"
             self._calls.labels(action=action, status=status).inc()
             self._audit.submit(
                 AuditRecord(
