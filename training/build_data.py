@@ -57,6 +57,14 @@ class Roots:
     """training: the toolchain's other books; held-out: the Book and Rust by Example"""
     gcloud: str = "/usr/lib/google-cloud-sdk/lib"
     """training: Google Cloud SDK code and YAML"""
+    system: str = "/"
+    """the root under which `usr/share/doc`, `usr/share/info`, `usr/share/man`, `usr/share/common-licenses`
+    and `usr/lib/node_modules/npm` are read (`training.rebuild` points it at the pinned Debian packages
+    and npm tarball it extracted)"""
+
+    def under_system(self, path: str) -> str:
+        """`path` (absolute, as on a Debian machine) under the `system` root."""
+        return str(Path(self.system) / path.lstrip("/"))
 
 
 HELDOUT_PACKAGES = ("mcp", "mcp_types", "pydantic_ai", "fastmcp")
@@ -172,16 +180,16 @@ def documents(split: str, rng: random.Random, roots: Roots = Roots()) -> list[tu
             docs.append(("site-packages-docs", "file", read(p)))
         for p in sorted(glob.glob(f"{roots.gcloud}/**/*.py", recursive=True))[::20][:900]:
             docs.append(("google-cloud-sdk-code", "code", read(p)))
-        for p in sorted(glob.glob("/usr/share/doc/**/README*", recursive=True))[:300]:
+        for p in sorted(glob.glob(roots.under_system("/usr/share/doc/**/README*"), recursive=True))[:300]:
             if not p.endswith(".gz"):
                 docs.append(("debian-readme", "file", read(p)))
-        for p in sorted(glob.glob("/usr/lib/node_modules/npm/**/*.js", recursive=True))[::2][:400]:
+        for p in sorted(glob.glob(roots.under_system("/usr/lib/node_modules/npm/**/*.js"), recursive=True))[::2][:400]:
             docs.append(("npm-code", "code", read(p)))
         # Prose, so that "English text" alone is no signal.
-        for p in sorted(glob.glob("/usr/share/info/*.info*.gz")):
+        for p in sorted(glob.glob(roots.under_system("/usr/share/info/*.info*.gz"))):
             text = gzip.open(p, "rt", encoding="utf-8", errors="replace").read()
             docs += [("gnu-info-manuals", "file", text[i : i + 20000]) for i in range(0, len(text), 20000)][:40]
-        for p in sorted(glob.glob("/usr/share/man/man1/*.gz"))[::25][:700]:
+        for p in sorted(glob.glob(roots.under_system("/usr/share/man/man1/*.gz")))[::25][:700]:
             docs.append(("man-pages", "file", roff_text(gzip.open(p, "rt", encoding="utf-8", errors="replace").read())))
         for p in sorted(glob.glob(f"{roots.gcloud}/googlecloudsdk/**/*.yaml", recursive=True))[::3][:400]:
             docs.append(("google-cloud-sdk-yaml", "file", read(p)))
@@ -189,9 +197,9 @@ def documents(split: str, rng: random.Random, roots: Roots = Roots()) -> list[tu
             docs.append(("site-packages-docstrings", "file", docstrings(read(p))))
         for p in _venv("*.dist-info/METADATA"):
             docs.append(("site-packages-readme", "file", read(p).split("\n\n", 1)[-1]))
-        for p in sorted(glob.glob("/usr/lib/node_modules/npm/**/*.md", recursive=True))[:400]:
+        for p in sorted(glob.glob(roots.under_system("/usr/lib/node_modules/npm/**/*.md"), recursive=True))[:400]:
             docs.append(("npm-docs", "web", read(p)))
-        for p in sorted(glob.glob("/usr/share/doc/libxslt1-dev/**/*.html", recursive=True))[:150]:
+        for p in sorted(glob.glob(roots.under_system("/usr/share/doc/libxslt1-dev/**/*.html"), recursive=True))[:150]:
             docs.append(("libxslt-html", "web", html_text(p)))
         # Other mdBook books of the Rust toolchain (not the Book or Rust by Example, which are
         # held out): web pages with the same kind of navigation text around the prose.
@@ -200,13 +208,13 @@ def documents(split: str, rng: random.Random, roots: Roots = Roots()) -> list[tu
                 docs.append(("rust-toolchain-books", "web", html_text(p)))
         # Round 3: prose that tells its reader what to do (admin notices, release notes,
         # licences), so that imperatives addressed to people are no signal by themselves.
-        for p in sorted(glob.glob("/usr/share/doc/*/NEWS.Debian.gz")):
+        for p in sorted(glob.glob(roots.under_system("/usr/share/doc/*/NEWS.Debian.gz"))):
             docs.append(("debian-news", "file", gzip.open(p, "rt", encoding="utf-8", errors="replace").read()))
-        for p in sorted(glob.glob("/usr/share/doc/*/changelog.Debian.gz"))[::4][:160]:
+        for p in sorted(glob.glob(roots.under_system("/usr/share/doc/*/changelog.Debian.gz")))[::4][:160]:
             docs.append(("debian-changelog", "file", gzip.open(p, "rt", encoding="utf-8", errors="replace").read()[:20000]))
-        for p in sorted(glob.glob("/usr/share/doc/git/RelNotes/*.txt"))[::3][:160]:
+        for p in sorted(glob.glob(roots.under_system("/usr/share/doc/git/RelNotes/*.txt")))[::3][:160]:
             docs.append(("git-relnotes", "file", read(p)))
-        for p in sorted(glob.glob("/usr/share/common-licenses/*")):
+        for p in sorted(glob.glob(roots.under_system("/usr/share/common-licenses/*"))):
             if Path(p).is_file():
                 docs.append(("common-licenses", "file", read(p)))
     else:
@@ -217,7 +225,7 @@ def documents(split: str, rng: random.Random, roots: Roots = Roots()) -> list[tu
         for sub in ("book", "rust-by-example"):
             for p in sorted(glob.glob(f"{roots.rust_docs}/{sub}/**/*.html", recursive=True))[:250]:
                 docs.append(("rust-docs", "web", html_text(p)))
-        for p in sorted(glob.glob("/usr/share/doc/nodejs/api/*.md"))[:200]:
+        for p in sorted(glob.glob(roots.under_system("/usr/share/doc/nodejs/api/*.md")))[:200]:
             docs.append(("nodejs-docs", "web", read(p)))
     for kind, text in synth.generate(split, 2400 if split == "train" else 1000, seed=7 if split == "train" else 11):
         docs.append((f"synthetic-{kind}-{split}", kind, text))
