@@ -7,10 +7,11 @@ For a plain `http://` endpoint, `LeanPosts.post` sends it on `gateway.upstream.h
 instead (asyncio and httptools, one write per request) and hands back an `httpx2.Response` that
 reads as the client's would, under the same rules:
 
-- the same request: built by the session's client (`build_request`: its auth header and default
-  headers, no cookies), `Accept-Encoding: identity` as `BoundedTransport` asks, the client's
-  connect and read timeouts; a header the lean client would write differently from h11 (a line
-  break, a name that is no token) goes through `httpx2`, which refuses it as before;
+- the same request: the headers the session's client would send (its auth header and default
+  headers merged with the call's, as `build_request` merges them; no cookies), `Accept-Encoding:
+  identity` as `BoundedTransport` asks, the client's connect and read timeouts; a header the lean
+  client would write differently from h11 (a line break, a name that is no token, not ASCII) goes
+  through `httpx2`, which refuses it as before;
 - the same answer: its body bounded while it is read and refused when content-encoded
   (`bounds.bounded`), drained to its end before its connection is kept (`reuse.DrainingStream`),
   and the client's response hooks run on it (the session watch: the server's `Mcp-Session-Id`, a
@@ -83,6 +84,9 @@ class LeanPosts:
         self._egress = egress
         self._pool = Http11Pool(max_connections=MAX_IN_FLIGHT, address_of=self._admitted if egress is not None else None,
                                 resend_fresh=False)
+        self._host = self._url.netloc
+        self._client_raw: list[tuple[bytes, bytes]] | None = None
+        self._client: list[tuple[bytes, bytes]] | None = None
         self.redirected = False
         """The endpoint answered a POST with a redirect: its calls go through `httpx2` from then on."""
         self.sent = 0
@@ -111,16 +115,14 @@ class LeanPosts:
         if (self.redirected or http.event_hooks["request"] or http.auth is not None
                 or timeout.connect is None or timeout.read is None):
             return None
-        request = http.build_request("POST", self._url, content=content, headers=headers)
-        request.headers["Accept-Encoding"] = "identity"  # as BoundedTransport asks: the bound counts the bytes as sent
-        lines = []
-        for name, value in request.headers.raw:
-            if not _NAME.fullmatch(name) or not _VALUE.fullmatch(value):
-                return None  # httpx2 refuses it (h11), or writes it as it must be
-            if name.lower() not in _SKIPPED:
-                lines.append(b"%s: %s\r\n" % (name, value))
-        answer = await self._pool.post(self._origin, b"".join(lines), content,
-                                       connect_timeout=timeout.connect, read_timeout=timeout.read)
+        pairs = self._headers(headers)
+        if pairs is None or http.cookies:
+            return None
+        head = b"".join([b"%s: %s\r\n" % pair for pair in pairs])
+        pairs[:0] = [(b"Host", self._host)]
+        pairs.append((b"Content-Length", b"%d" % len(content)))
+        request = httpx2.Request("POST", self._url, headers=pairs, stream=httpx2.ByteStream(content))
+        answer = await self._pool.post(self._origin, head, content, connect_timeout=timeout.connect, read_timeout=timeout.read)
         self.sent += 1
         try:
             head = httpx2.Headers([(name.encode("latin-1"), value.encode("latin-1")) for name, value in answer.headers.items()])
@@ -138,6 +140,31 @@ class LeanPosts:
             await answer.aclose()
             raise
         return response
+
+    def _headers(self, headers: dict[str, str]) -> list[tuple[bytes, bytes]] | None:
+        """The request's headers as `httpx2` merges them (the client's, then `headers` in place of
+        the client's of the same name, `Accept-Encoding: identity`), without Host and
+        Content-Length; None when one is not written as h11 writes it (`_NAME`, `_VALUE`) or is
+        not ASCII (httpx2 refuses it)."""
+        client = self._http.headers.raw
+        if client != self._client_raw:  # the client's own headers, checked once (they do not change)
+            self._client_raw = client
+            self._client = [(name, value) for name, value in client if name.lower() not in _SKIPPED]
+            if not all(_NAME.fullmatch(name) and _VALUE.fullmatch(value) for name, value in self._client):
+                self._client = None
+        if self._client is None:
+            return None
+        own: list[tuple[bytes, bytes]] = [(b"Accept-Encoding", b"identity")]  # as BoundedTransport asks it
+        try:
+            for key, text in headers.items():
+                name, value = key.encode("ascii"), text.encode("ascii")
+                if not _NAME.fullmatch(name) or not _VALUE.fullmatch(value) or name.lower() in _SKIPPED:
+                    return None
+                own.append((name, value))
+        except UnicodeEncodeError:
+            return None
+        replaced = {name.lower() for name, _ in own}
+        return [pair for pair in self._client if pair[0].lower() not in replaced] + own
 
     async def aclose(self) -> None:
         """Close the pool's connections (the session ended)."""

@@ -45,6 +45,7 @@ class Seen:
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, str]] = []
+        self.headers: list[dict[str, str]] = []
         self.held = threading.Event()
         self.release = threading.Event()
 
@@ -95,6 +96,7 @@ def watched(seen: Seen, inner: Any) -> Any:
         if isinstance(decoded, dict) and decoded.get("method") == "tools/call":
             name = decoded["params"]["name"]
             seen.calls.append((scope["client"][1], name))
+            seen.headers.append({k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]})
             if name == "zipped":
                 payload = gzip.compress(json.dumps({"jsonrpc": "2.0", "id": decoded["id"], "result": {"content": []}}).encode())
                 await send({"type": "http.response.start", "status": 200, "headers": [
@@ -180,6 +182,15 @@ async def test_calls_on_a_plain_http_session_go_on_the_lean_client_over_one_kept
     assert texts == [f"call {i}" for i in range(5)]
     assert lean.posts.sent - before == 5  # type: ignore[union-attr]
     assert len(set(ports_of(seen, "echo")[-5:])) == 1, "the streamed answers were read to their end: one connection"
+
+
+async def test_the_lean_post_carries_the_headers_the_sdks_post_does(session: McpConnection, seen: Seen) -> None:
+    # R: B14 (the session id, the protocol version, the connection's auth header: all as the SDK sends them)
+    await outcome(session, "echo", {"text": "a"}, lean=False)
+    await outcome(session, "echo", {"text": "a"})
+    sdk, lean = ({k: v for k, v in sent.items() if k != "content-length"} for sent in seen.headers[-2:])  # the ids differ
+    assert lean == sdk
+    assert lean["accept-encoding"] == "identity" and ("mcp-session-id" in lean) == (session.watch.session_id is not None)
 
 
 async def test_an_answer_over_the_bound_or_content_encoded_is_refused_as_through_httpx2(session: McpConnection) -> None:
