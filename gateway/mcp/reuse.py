@@ -34,7 +34,8 @@ class DrainingStream(httpx2.AsyncByteStream):
         self._ended = False
 
     def drop(self) -> None:
-        """Close without draining: what is left is never read and the connection not kept."""
+        """Close without draining: what is left is never read, so a connection whose answer was
+        not read to its end is not kept."""
         self._ended = True
 
     def __aiter__(self) -> AsyncIterator[bytes]:
