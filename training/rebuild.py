@@ -58,6 +58,10 @@ class InputError(ValueError):
     """A manifest that cannot be used, or an input that is missing or not the pinned bytes."""
 
 
+class StepFailed(RuntimeError):
+    """A builder or training step exited with an error."""
+
+
 @dataclass(frozen=True)
 class Input:
     """One pinned archive. `file` may hold a `*` (rounds 7-9 pin a wheel by name, version and sha256
@@ -298,7 +302,9 @@ def unpack_all(inputs: list[Input], paths: dict[str, Path], scratch: Path) -> No
     (scratch / "empty").mkdir(exist_ok=True)
     for inp in inputs:
         path = paths[inp.file]
-        (archives / path.name).symlink_to(path.resolve())
+        link = archives / path.name
+        if not link.is_symlink():  # an archive two pins match is linked once
+            link.symlink_to(path.resolve())
         if inp.unpack:
             extract(path, scratch / inp.unpack)
 
@@ -350,6 +356,8 @@ def data(folder: Path, out: Path, manifest: Path = MANIFEST, keep: Path | None =
     """Check, extract, build; write `out/manifest.json`; return its `files`."""
     inputs = all_inputs(manifest)
     paths = verify(folder, inputs)
+    if keep and keep.exists() and any(keep.iterdir()):
+        raise InputError(f"--keep-scratch {keep}: not empty (the scratch root must hold the pinned inputs only)")
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="rebuild-") as tmp:
@@ -357,8 +365,10 @@ def data(folder: Path, out: Path, manifest: Path = MANIFEST, keep: Path | None =
         unpack_all(inputs, paths, scratch)
         env = build_env(scratch)
         for step in data_steps(scratch, out):
-            print("+", shlex.join(step[1:]).replace(str(scratch), "SCRATCH"), flush=True)
-            subprocess.run(step, cwd=REPO, env=env, check=True)
+            shown = shlex.join(step[1:]).replace(str(scratch), "SCRATCH")
+            print("+", shown, flush=True)
+            if subprocess.run(step, cwd=REPO, env=env).returncode:
+                raise StepFailed(f"{shown}: failed (its output is above); {out} holds the files written so far")
     files = describe(out)
     doc = {"inputs_manifest_sha256": sha256_of(manifest), "inputs": len(inputs), "files": files}
     (out / "manifest.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
@@ -427,9 +437,9 @@ def main(argv: list[str] | None = None) -> int:
                 verify(args.inputs, [i for i in load_manifest(args.manifest) if i.used_by == "model"])
             for step in steps:
                 print("+", shlex.join(step[1:]), flush=True)
-                if not args.dry_run:
-                    subprocess.run(step, cwd=REPO, check=True)
-    except InputError as exc:
+                if not args.dry_run and subprocess.run(step, cwd=REPO).returncode:
+                    raise StepFailed(f"{shlex.join(step[1:4])}…: failed (its output is above)")
+    except (InputError, StepFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
