@@ -275,10 +275,11 @@ def padded(rows: list[Row], filler: str, size: int = 4096) -> list[str]:
     return out
 
 
-def latency_report(out: Path, quick: bool) -> None:
+def latency_report(out: Path, quick: bool, cpu_note: str = "") -> None:
     """The cascade (shipped) against the full read (the guard as it read before issue 36) and the
     cheap detectors alone: 4 KB benign and injected items, p50/p99, and a 1 MB document; the CPU,
-    its flags and the load average before and after each row."""
+    its flags (and `cpu_note`, e.g. how it was made to look like another CPU) and the load average
+    before and after each row."""
     rows = load_rows(HELDOUT)
     small, big = corpus(rows)
     injected = padded(rows, "\n".join(small))[:200]
@@ -290,15 +291,23 @@ def latency_report(out: Path, quick: bool) -> None:
     kernel = model_alone(detector, 5 if quick else 50)
     one = Window(tuple(range(1000, 1000 + WINDOW_TOKENS)), 0)
     single = statistics.median(_timed(lambda: detector.probabilities([one]), 5 if quick else 50))
+    combo = shipped.combination
+    short = Window(tuple(range(1000, 1000 + combo.first_tokens)), 0)
+    first = statistics.median(_timed(lambda: detector.probabilities([short]), 5 if quick else 50))
+    edges = [Window(tuple(range(1000, 1000 + combo.edge_tokens)), 0)] * 2
+    second = statistics.median(_timed(lambda: detector.probabilities(edges), 5 if quick else 50))
+    cpu = f"{cpu_model()}{f' ({cpu_note})' if cpu_note else ''}"
     rounds = 2 if quick else 10
     lines = [
         "# prompt_guard latency: the cascade against reading every item",
         "",
-        f"{datetime.date.today().isoformat()} · `{platform.machine()}` · {cpu_model()} · Python {platform.python_version()} · "
+        f"{datetime.date.today().isoformat()} · `{platform.machine()}` · {cpu} · Python {platform.python_version()} · "
         "one core (single process, onnxruntime single-threaded)",
         "",
         f"CPU flags: {cpu_flags()}. The shipped model alone: {1000 * single:.1f} ms for one window of {WINDOW_TOKENS} "
-        f"tokens, {kernel:.1f} ms for two in one batch (medians).",
+        f"tokens, {kernel:.1f} ms for two in one batch; the cascade's first read ({combo.first_tokens} tokens) "
+        f"{1000 * first:.1f} ms, its second (head and tail, {combo.edge_tokens} tokens each, one batch) "
+        f"{1000 * second:.1f} ms (medians).",
         "",
         "| guard | CPU, flags | load average before | 4 KB benign p50 | p99 | 4 KB injected p50 | p99 | 1 MB document | load average after |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -312,7 +321,7 @@ def latency_report(out: Path, quick: bool) -> None:
         hostile = sorted(latencies(guard.scan, injected, rounds))
         [mbps] = throughputs([guard.scan], big, 3 if quick else 7)
         p = lambda xs, q: 1e3 * xs[int(q * (len(xs) - 1))]  # noqa: E731
-        lines.append(f"| {name} | {cpu_model()}, {cpu_flags()} | {load_before} | {p(benign, 0.5):.2f} ms | "
+        lines.append(f"| {name} | {cpu}, {cpu_flags()} | {load_before} | {p(benign, 0.5):.2f} ms | "
                      f"{p(benign, 0.99):.2f} ms | {p(hostile, 0.5):.2f} ms | {p(hostile, 0.99):.2f} ms | "
                      f"{1000 * len(big.encode('utf-8')) / 1e6 / mbps:.0f} ms | {load_average()} |")
         print(lines[-1], flush=True)
@@ -320,15 +329,14 @@ def latency_report(out: Path, quick: bool) -> None:
     for text in small:
         found, best, scored, norm = shipped.cheap_piece(text)
         ngram = max((logit for _, logit, _ in scored), default=-math.inf)
-        combo = shipped.combination
         rest = combine(e for e in found + best if e.id != CLASSIFIER_ID)
         if not combo.reads(ngram, rest, len(text)):
             reads[0] += 1
             continue
-        p1, more = detector.first_read(text, lambda: shipped._suspect_spans(text, norm, scored))
+        p1, more = detector.first_read(text, lambda: shipped._suspect_spans(text, norm, scored), combo.first_tokens)
         reads[2 if more and combo.reads_on(ngram, detector.margin(p1)) else 1] += 1
-    lines += ["", f"Of the {len(small)} benign 4 KB items the model read {reads[0]} not at all, {reads[1]} in one window, "
-              f"{reads[2]} in its whole budget. Items: {len(small)} different 4 KB benign held-out tool results and "
+    lines += ["", f"Of the {len(small)} benign 4 KB items the model read {reads[0]} not at all, {reads[1]} in its first "
+              f"read only ({combo.first_tokens} tokens), {reads[2]} on (its second read too). Items: {len(small)} different 4 KB benign held-out tool results and "
               f"{len(injected)} held-out injected tool outputs each set in the middle of benign held-out text to 4 KB, "
               f"x {rounds} rounds, each item's time the median of its rounds, p50/p99 across the items; 1 MB: the "
               "held-out benign tool results joined, median of the scans.", ""]
@@ -357,11 +365,13 @@ def main() -> None:
     parser.add_argument("--wide", action="store_true", help=f"also the shipped model at `max_windows: {WIDE_BUDGET}`")
     parser.add_argument("--detectors", action="store_true", help="the per-detector table (issue 36) only")
     parser.add_argument("--latency", action="store_true", help="the cascade's latency table only")
+    parser.add_argument("--cpu-note", default="", help="said beside the CPU's name in --latency (e.g. how its "
+                        "features were masked: bench/avx2_only/README.md)")
     args = parser.parse_args()
     if args.detectors:
         return detectors_report(args.out or ROOT / "results" / "guard_detectors.md")
     if args.latency:
-        return latency_report(args.out or ROOT / "results" / "guard_latency.md", args.quick)
+        return latency_report(args.out or ROOT / "results" / "guard_latency.md", args.quick, args.cpu_note)
     args.out = args.out or ROOT / "results" / "guard.md"
     loads = []
     for _ in range(3):

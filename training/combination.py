@@ -21,10 +21,15 @@ per-detector table only; `fit` refuses a features file made that way.
    tool-output rows of each validation slice (`hash`, `unseen-source`, `prompt-docs`), as `neural
    calibrate` chose the model's threshold; of the directions, the one with the most recall on the
    injected tool-output rows of sources the n-gram model never trained on (ties: fewer false alarms);
-3. the cascade's gates: of the settings at which at most `--max-whole` of the long benign
-   tool-output rows are read in the whole budget (the p99 of a benign 4 KB item is then one window)
-   and the guard loses at most `--max-loss` of the validation injections it blocks reading every
-   item in its whole budget, the one that reads the fewest long benign rows at all.
+3. the cascade's gates and its reads' lengths (`first_tokens` from `--first-tokens`, the first
+   read over the most suspicious span; `edge_tokens` from `--edge-tokens`, the head and tail windows
+   of the second): of the settings that lose at most `--max-loss` of the validation injections the
+   guard blocks reading every item in its whole budget and keep every slice within `--max-fpr`, the
+   one whose model reading costs least (in full windows; the model's time is linear in its tokens):
+   first the most any long row costs (what an attacker's 4 KB item can make it cost: it can always
+   make the first read leave the verdict open), then the cost that at most `--max-whole` of the
+   long benign tool-output rows exceed (a benign 4 KB item's p99), then the mean.
+   `--keep-line FILE` keeps the line (1-2) of a combination file and refits only this.
 
 The n-gram model (round 2) trained on a 10 % split of another build of train.jsonl: rows of its
 own sources may be ones it trained on, so its scores there are optimistic; `fit` therefore weighs
@@ -74,7 +79,7 @@ def features(args: argparse.Namespace) -> None:
                 name = "heldout" if args.heldout else validation_slice(text, row.get("source"))
                 if name is None:
                     continue
-                scores = detector_scores(guard, text)
+                scores = detector_scores(guard, text, args.short, args.edges)
                 out.write(json.dumps({"file": path.name, "line": number, "slice": name, "label": row["label"],
                                       "kind": row.get("kind"), "source": row.get("source"), "lang": row.get("lang"),
                                       "attack": row.get("attack"), "round2": _round2(row.get("source"), path.name),
@@ -131,6 +136,30 @@ class Table:
         self.injection = np.array([r["label"] == "injection" for r in rows])
         self.slice = np.array([r["slice"] for r in rows])
         self.full = np.maximum(self.m1, np.where(self.more, self.m2, -CLIP))
+        self.short = {int(n): np.clip(np.array([(r.get("short") or {}).get(n, r["first"]) for r in rows], dtype=float),
+                                      -CLIP, CLIP) for n in {n for r in rows for n in (r.get("short") or {})}}
+        """first reads of fewer tokens (`features --short`), by tokens; a row that fits one window reads whole"""
+
+        self.edges = {int(n): np.clip(np.array([(r.get("edges") or {}).get(n, r["second"] if r["second"] is not None
+                                                                       else -CLIP) for r in rows], dtype=float),
+                                      -CLIP, CLIP) for n in {n for r in rows for n in (r.get("edges") or {})}}
+        """second reads with shorter head and tail windows (`features --edges`), by tokens"""
+
+    def second(self, edge: int) -> Any:
+        """The second read's margins with head and tail windows of `edge` tokens (64: half windows)."""
+        if edge == 64:
+            return self.m2
+        if edge not in self.edges:
+            raise SystemExit(f"the features file has no second read with {edge}-token edges (features --edges {edge})")
+        return self.edges[edge]
+
+    def first(self, tokens: int) -> Any:
+        """The first read's margins at `tokens` tokens (128: a full window)."""
+        if tokens == 128:
+            return self.m1
+        if tokens not in self.short:
+            raise SystemExit(f"the features file has no first read of {tokens} tokens (features --short {tokens})")
+        return self.short[tokens]
 
     def blocked(self, combo: Any, cascade: bool = True) -> tuple[Any, Any]:
         """Which rows the whole guard blocks under `combo`, and how many stages the model read (0-2)."""
@@ -141,9 +170,12 @@ class Table:
         z_full = np.maximum(self.full, a * self.x + b * self.full + c)
         if cascade:
             reads = (self.chars <= combo.always_read_chars) | (self.x >= combo.gate_ngram) | (self.cheap >= combo.gate_cheap)
-            z1 = np.maximum(self.m1, a * self.x + b * self.m1 + c)
+            m1 = self.first(combo.first_tokens)
+            z1 = np.maximum(m1, a * self.x + b * m1 + c)
+            m_on = np.maximum(m1, np.where(self.more, self.second(combo.edge_tokens), -CLIP))
+            z_on = np.maximum(m_on, a * self.x + b * m_on + c)
             on = self.more & (z1 >= combo.read_on)
-            z = np.where(reads, np.where(on, z_full, z1), np.maximum(-CLIP, a * self.x + b * -CLIP + c))
+            z = np.where(reads, np.where(on, z_on, z1), np.maximum(-CLIP, a * self.x + b * -CLIP + c))
             stages = np.where(reads, np.where(on, 2, 1), 0)
         else:
             z, stages = z_full, np.full(len(self.rows), 2)
@@ -181,7 +213,12 @@ def fit(args: argparse.Namespace) -> None:
     # 1-2. the direction and the bias: per direction the highest bias within max_fpr on every slice
     open_gate = dict(gate_ngram=-math.inf, gate_cheap=0.0, read_on=-math.inf, always_read_chars=0)
     chosen: tuple[tuple[float, float], Combination] | None = None
-    for degrees in range(0, 91, 2):
+    if args.keep_line:  # the line of the combination file in place; only the cascade is refitted
+        kept = json.loads(args.keep_line.read_text(encoding="utf-8"))
+        chosen = ((0.0, 0.0), Combination(kept["ngram_weight"], kept["neural_weight"], kept["bias"], **open_gate))
+        print(f"the line kept from {args.keep_line}: ngram_weight {kept['ngram_weight']:.4f}, neural_weight "
+              f"{kept['neural_weight']:.4f}, bias {kept['bias']:.4f}")
+    for degrees in range(0, 91, 2) if not args.keep_line else ():
         a, b = math.cos(math.radians(degrees)), math.sin(math.radians(degrees))
         lo, hi = -60.0, 60.0
         for _ in range(50):
@@ -207,33 +244,51 @@ def fit(args: argparse.Namespace) -> None:
     for name in slices:
         print(f"  slice {name}: " + "{:.1%} / {:.2%} ({} / {})".format(*tool.tally(base, tool.slice == name)))
 
-    # 3. the gates: read as little as loses at most max_loss of the injections caught by the full read
+    # 3. the gates and the reads' lengths: the cheapest reading that loses at most max_loss of the
+    # injections the full read catches, keeping every slice within max_fpr
     allowed = int(args.max_loss * caught)
     long_benign = ~tool.injection & (tool.chars >= LONG_CHARS)
-    best: tuple[float, Combination] | None = None
+    long_rows = tool.chars >= LONG_CHARS
+    best: tuple[tuple[float, float, float], Combination] | None = None
     gates = np.unique(np.quantile(tool.x[~tool.injection], np.linspace(0, 1, 101)))
     read_ons = [-60.0] + [float(v) for v in np.linspace(-12, 2, 57)]
-    for always in sorted({0, args.always_read_chars}):
-        for gate in gates:
-            for cheap_gate in (0.25, 0.5):
-                for read_on in read_ons:
-                    combo = Combination(a, b, bias, float(gate), cheap_gate, read_on, always)
-                    blocked, stages = tool.blocked(combo)
-                    lost = int((base & tool.injection & ~blocked).sum())
-                    if lost > allowed:
-                        continue
-                    st = stages[long_benign]
-                    if st.size and (st >= 2).mean() > args.max_whole:
-                        continue
-                    cost = float((st >= 1).mean()) if st.size else 0.0
-                    if best is None or cost < best[0] - 1e-12:
-                        best = (cost, combo)
+    for tokens in args.first_tokens:
+        for edge in args.edge_tokens:
+            first_cost, on_cost = tokens / 128, tokens / 128 + 2 * edge / 128
+            option: tuple[tuple[float, float, float], Combination, int] | None = None
+            for always in sorted({0, args.always_read_chars}):
+                for gate in [-math.inf, *gates]:
+                    for cheap_gate in (0.25, 0.5):
+                        for read_on in read_ons:
+                            combo = Combination(a, b, bias, float(gate), cheap_gate, read_on, always, tokens, edge)
+                            blocked, stages = tool.blocked(combo)
+                            lost = int((base & tool.injection & ~blocked).sum())
+                            if lost > allowed:
+                                continue
+                            if not all(tool.tally(blocked, tool.slice == name)[1] <= args.max_fpr for name in slices):
+                                continue
+                            cost = np.where(stages == 0, 0.0, np.where(stages == 1, first_cost, on_cost))
+                            key = (float(cost[long_rows].max()),
+                                   float(np.quantile(cost[long_benign], 1 - args.max_whole)), float(cost[long_benign].mean()))
+                            if option is None or key < option[0]:
+                                option = (key, combo, lost)
+            if option is None:
+                print(f"  first read {tokens} tokens, edges {edge}: no setting loses at most {allowed} of {caught}")
+                continue
+            (worst, q, mean), combo, lost = option
+            print(f"  first read {tokens} tokens, edges {edge}: long benign items cost at most {q:.3f} windows "
+                  f"({1 - args.max_whole:.1%} of them), any long item at most {worst:.3f}, on average {mean:.3f}; "
+                  f"loses {lost} of {caught}; gate {combo.gate_ngram:.3f}, cheap {combo.gate_cheap}, read on "
+                  f"{combo.read_on:.3f}, always under {combo.always_read_chars} chars")
+            if best is None or option[0] < best[0]:
+                best = (option[0], combo)
     assert best is not None
     combo = best[1]
     blocked, stages = tool.blocked(combo)
     st = stages[long_benign]
-    print(f"gates: n-gram logit >= {combo.gate_ngram:.3f}, cheap >= {combo.gate_cheap}, read on at z >= "
-          f"{combo.read_on:.3f}, always under {combo.always_read_chars} chars")
+    print(f"gates: n-gram logit >= {combo.gate_ngram:.3f}, cheap >= {combo.gate_cheap}, first read "
+          f"{combo.first_tokens} tokens, read on at z >= {combo.read_on:.3f}, always under {combo.always_read_chars} chars; "
+          f"lost {int((base & tool.injection & ~blocked).sum())} of {caught} injections the full read catches")
     print("cascade: tool output recall / FPR {:.1%} / {:.2%} ({} / {})".format(*tool.tally(blocked)))
     print(f"benign tool output of {LONG_CHARS:,}+ chars ({st.size}): model not read {(st == 0).mean():.1%}, one window "
           f"{(st == 1).mean():.1%}, whole budget {(st == 2).mean():.1%}")
@@ -262,13 +317,16 @@ def fit(args: argparse.Namespace) -> None:
         **{k: v for k, v in combo.__dict__.items()},
         "alone": {"ngram_logit": ngram_alone},
         "fitted": {"date": datetime.date.today().isoformat(), "features": [Path(f).name for f in meta.get("files", [])],
-                   "rows": len(rows), "max_fpr": args.max_fpr, "max_loss": args.max_loss, "max_whole": args.max_whole,
+                   "rows": len(rows), **({"line_kept_from": args.keep_line.name} if args.keep_line else {}),
+                   "max_fpr": args.max_fpr, "max_loss": args.max_loss, "max_whole": args.max_whole,
                    "rule": "z = max(margin, w_ngram * ngram + w_neural * margin + bias); per direction of (w_ngram, "
                            "w_neural) the highest bias at which the whole guard blocks at most max_fpr of the benign "
                            "tool-output rows of each validation slice, the direction with the most recall on the "
-                           "injected validation rows of sources the n-gram model never trained on; gates: the least "
-                           "reading of long benign items at which at most max_whole of them are read in the whole "
-                           "budget and at most max_loss of the validation injections the full read catches are lost"},
+                           "injected validation rows of sources the n-gram model never trained on; gates and reads' "
+                           "lengths (first_tokens, edge_tokens): of the settings that lose at most max_loss of the "
+                           "validation injections the full read catches and keep every slice within max_fpr, the "
+                           "one whose model reading costs least, in windows: first the most any long item costs, "
+                           "then the cost that at most max_whole of the long benign items exceed, then the mean"},
     }
     args.out.write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
     print(json.dumps({"written": str(args.out)}))
@@ -281,13 +339,23 @@ def main() -> None:
     f.add_argument("--data", type=Path, action="append", required=True)
     f.add_argument("--out", type=Path, required=True)
     f.add_argument("--heldout", action="store_true", help="score every row (held-out files, for reports only)")
+    f.add_argument("--short", type=int, nargs="*", default=[32, 48, 64],
+                   help="also score first reads of these many tokens (the choices of first_tokens)")
+    f.add_argument("--edges", type=int, nargs="*", default=[32, 48],
+                   help="also score second reads with head and tail windows of these many tokens (edge_tokens)")
     g = sub.add_parser("fit")
     g.add_argument("--features", type=Path, required=True)
     g.add_argument("--out", type=Path, required=True)
     g.add_argument("--max-fpr", type=float, default=0.015)
-    g.add_argument("--max-loss", type=float, default=0.03)
+    g.add_argument("--max-loss", type=float, default=0.03,
+                   help="the cascade may lose at most this share of the validation injections the full read catches")
     g.add_argument("--max-whole", type=float, default=0.01,
-                   help="at most this share of long benign items may be read in the whole budget")
+                   help="the benign cost minimised is the one at most this share of long benign items exceed")
+    g.add_argument("--first-tokens", type=int, nargs="+", default=[32, 48, 64, 128],
+                   help="the first read's lengths to choose from (features --short gives the shorter ones)")
+    g.add_argument("--edge-tokens", type=int, nargs="+", default=[32, 48, 64],
+                   help="the second read's head and tail window lengths to choose from (features --edges)")
+    g.add_argument("--keep-line", type=Path, help="keep the line (weights, bias) of this combination file")
     g.add_argument("--always-read-chars", type=int, default=600)
     args = parser.parse_args()
     {"features": features, "fit": fit}[args.command](args)

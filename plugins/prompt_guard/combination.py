@@ -18,7 +18,8 @@ validation slice.
 The neural model is the expensive part, so it runs as a cascade (`Guard._neural_evidence`): it
 reads an item only when the cheap stage finds it worth reading (`reads`: the n-gram logit, or the
 rules' and heuristics' score, at or above a gate chosen on validation), first one window over the
-most suspicious span (`NeuralDetector.first_read`), and the rest of its budget only when that
+most suspicious span (`NeuralDetector.first_read`; of `first_tokens` tokens, half a window in the
+shipped fit, so that a benign item costs half a window), and the rest of its budget only when that
 window leaves the verdict open (`reads_on`). An item the model does not read counts its margin as
 `-CLIP`, the lowest it can be, so reading can only raise a score.
 
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from plugins.prompt_guard.classifier import ModelError
+from plugins.prompt_guard.neural import EDGE_TOKENS, WINDOW_TOKENS
 
 FORMAT = "toolgate-guard-combination/1"
 DEFAULT_FILE = Path(__file__).resolve().parent / "model" / "combination.json"
@@ -71,6 +73,12 @@ class Combination:
     """after the first window, the rest of the budget is read when `z` is at least this"""
     always_read_chars: int = 0
     """items of at most this many characters are read whatever the gates say (they cost one window)"""
+    first_tokens: int = WINDOW_TOKENS
+    """the tokens of the first read of an item longer than one window (`NeuralDetector.first_read`:
+    one window over its most suspicious span); `WINDOW_TOKENS` is a full window"""
+    edge_tokens: int = EDGE_TOKENS
+    """the tokens of each of the head and tail windows of the second read of an item longer than the
+    budget (`NeuralDetector.second_read`)"""
 
     def z(self, ngram: float, margin: float | None) -> float:
         """The combined logit of an n-gram logit and a neural margin (None: the model did not read)."""
@@ -91,12 +99,19 @@ class Combination:
     @classmethod
     def from_json(cls, data: Any, source: str) -> "Combination":
         try:
-            return cls(**{k: (int if k == "always_read_chars" else float)(data[k]) for k in
-                          ("ngram_weight", "neural_weight", "bias", "gate_ngram", "gate_cheap", "read_on",
-                           "always_read_chars")})
+            combo = cls(**{k: (int if k in _COUNTS else float)(data[k]) for k in
+                           ("ngram_weight", "neural_weight", "bias", "gate_ngram", "gate_cheap", "read_on", *_COUNTS)})
         except (KeyError, TypeError, ValueError):
             raise ModelError(f"{source}: a combination needs numbers ngram_weight, neural_weight, bias, gate_ngram, "
-                             "gate_cheap, read_on, always_read_chars") from None
+                             "gate_cheap, read_on, always_read_chars, first_tokens, edge_tokens") from None
+        if not 2 < combo.first_tokens <= WINDOW_TOKENS or not 2 < combo.edge_tokens <= EDGE_TOKENS:
+            raise ModelError(f"{source}: first_tokens {combo.first_tokens}, edge_tokens {combo.edge_tokens}: expected "
+                             f"3 to {WINDOW_TOKENS} and 3 to {EDGE_TOKENS}")
+        return combo
+
+
+_COUNTS = ("always_read_chars", "first_tokens", "edge_tokens")
+"""the combination's whole-number fields"""
 
 
 def _sha256(path: Path) -> str:

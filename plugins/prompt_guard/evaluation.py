@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,15 +202,20 @@ class DetectorScores:
     full: float | None
     """the neural model reading its whole budget at once (`probability`, the read before the cascade), as a margin"""
     chars: int
+    short: dict[int, float] | None = None
+    """the first read with fewer tokens (`first_read(..., tokens)`), as margins, by tokens (None: not asked)"""
+    edges: dict[int, float] | None = None
+    """the second read with shorter head and tail windows (`second_read(..., edge)`), as margins, by tokens"""
 
     def to_json(self) -> dict[str, Any]:
         return {k: (None if isinstance(v, float) and v == float("-inf") else v) for k, v in self.__dict__.items()}
 
 
-def detector_scores(guard: Guard, text: str) -> DetectorScores:
+def detector_scores(guard: Guard, text: str, short: Sequence[int] = (), edges: Sequence[int] = ()) -> DetectorScores:
     """Every detector of `guard` on `text` alone, the neural model read every way the cascade
-    can read it (batched as the runtime batches, so its probabilities are the runtime's). Only the
-    first `max_scan_bytes` characters are scored."""
+    can read it (batched as the runtime batches, so its probabilities are the runtime's; `short`:
+    first reads of these many tokens too; `edges`: second reads with head and tail windows of these
+    many tokens). Only the first `max_scan_bytes` characters are scored."""
     raw = text[: guard.settings.max_scan_bytes]
     found, best, scored, norm = guard.cheap_piece(raw)
     kept = [e for e in found + best if e.id not in guard.disabled]
@@ -219,6 +224,8 @@ def detector_scores(guard: Guard, text: str) -> DetectorScores:
              and not e.id.startswith("classifier")]
     ngram = max((logit for _, logit, _ in scored), default=float("-inf"))
     first = second = full = None
+    shorts: dict[int, float] | None = None
+    edged: dict[int, float] | None = None
     more = False
     neural = guard.neural
     if neural is not None:
@@ -231,9 +238,11 @@ def detector_scores(guard: Guard, text: str) -> DetectorScores:
 
         p, more = neural.first_read(raw, suspects)
         first = neural.margin(p)
+        shorts = {n: neural.margin(neural.first_read(raw, suspects, n)[0]) for n in short} if short else None
         if more:
             second = neural.margin(neural.second_read(raw, suspects))
+            edged = {n: neural.margin(neural.second_read(raw, suspects, n)) for n in edges} if edges else None
         full = neural.margin(neural.probability(raw, suspects))
     cheap = combine(e for e in kept if e.id != CLASSIFIER_ID)
     return DetectorScores(combine(rules), combine(heuristic), ngram, cheap, combine(kept), first, more, second, full,
-                          len(raw))
+                          len(raw), shorts, edged)

@@ -174,10 +174,10 @@ class NeuralDetector:
             raise NeuralModelError(f"{card_path}: special_tokens must map cls/sep/pad to token strings")
         return cls(session, tokenizer, float(chosen), max_windows, str(directory), special, files["model.onnx"])
 
-    def windows(self, text: str, limit: int, centre: bool = False) -> list[Window]:
-        """Up to `limit` overlapping windows from the start of `text` (`centre`: from where they
-        cover the middle of a text longer than they can hold)."""
-        content = WINDOW_TOKENS - 2
+    def windows(self, text: str, limit: int, centre: bool = False, tokens: int = WINDOW_TOKENS) -> list[Window]:
+        """Up to `limit` overlapping windows of at most `tokens` tokens from the start of `text`
+        (`centre`: from where they cover the middle of a text longer than they can hold)."""
+        content = tokens - 2
         enc = self.tokenizer.encode(text, add_special_tokens=False)
         ids, offsets = enc.ids, enc.offsets
         out: list[Window] = []
@@ -225,42 +225,53 @@ class NeuralDetector:
         pieces = [w for w in pieces if len(w.ids) > 2]
         return max(self.probabilities(pieces), default=0.0)
 
-    def first_read(self, raw: str, suspects: Callable[[], Sequence[tuple[int, int]]] = tuple) -> tuple[float, bool]:
+    def first_read(self, raw: str, suspects: Callable[[], Sequence[tuple[int, int]]] = tuple,
+                   tokens: int = WINDOW_TOKENS) -> tuple[float, bool]:
         """The cascade's first look (`scanner.Guard`): one window at most. A text that fits in one
-        window is read whole; a longer one in one full window over the middle of the most
+        full window is read whole; a longer one in one window of `tokens` tokens (a full one by
+        default; the shipped combination's `first_tokens`, half of one) over the middle of the most
         suspicious raw-text range `suspects()` gives (its head when there is none). Returns the
         probability and whether the text holds more than was read (`second_read` reads on)."""
+        if not 2 < tokens <= WINDOW_TOKENS:
+            raise ValueError(f"a first read of {tokens} tokens: expected 3 to {WINDOW_TOKENS}")
         head_chars = WINDOW_TOKENS * 6
         pieces = self.windows(model_text(raw[:head_chars]), 2)
         if len(pieces) == 1 and len(raw) <= head_chars:
             return max(self.probabilities([w for w in pieces if len(w.ids) > 2]), default=0.0), False
         for start, end in suspects():
-            got = [w for w in self.windows(model_text(raw[max(0, start) : end]), 1, centre=True) if len(w.ids) > 2]
+            got = [w for w in self.windows(model_text(raw[max(0, start) : end]), 1, centre=True, tokens=tokens)
+                   if len(w.ids) > 2]
             if got:
                 return self.probabilities(got)[0], True
-        return max(self.probabilities(pieces[:1]), default=0.0), True
+        head = pieces[0] if tokens == WINDOW_TOKENS else Window((self._cls, *pieces[0].ids[1 : tokens - 1], self._sep), 0)
+        return max(self.probabilities([head]), default=0.0), True
 
-    def second_read(self, raw: str, suspects: Callable[[], Sequence[tuple[int, int]]] = tuple) -> float:
+    def second_read(self, raw: str, suspects: Callable[[], Sequence[tuple[int, int]]] = tuple,
+                    edge: int = EDGE_TOKENS) -> float:
         """The rest of the budget after `first_read`: a text that fits in `max_windows` windows
         whole (so such a text, between one and `max_windows` windows long, may cost one window
-        more than the budget in all); a longer one at its head and its tail (`EDGE_TOKENS` each)
-        and then over the next suspicious ranges after the first, `max_windows` windows in all."""
+        more than the budget in all); a longer one at its head and its tail (`edge` tokens each,
+        `EDGE_TOKENS` by default) and then over the next suspicious ranges after the first,
+        `max_windows` windows in all."""
+        if not 2 < edge <= EDGE_TOKENS:
+            raise ValueError(f"head and tail windows of {edge} tokens: expected 3 to {EDGE_TOKENS}")
         budget = self.max_windows
         head_chars = budget * WINDOW_TOKENS * 6
         pieces = self.windows(model_text(raw[:head_chars]), budget + 1)
         if len(pieces) > budget or len(raw) > head_chars:
-            pieces = self.spread(raw, pieces[0], lambda: list(suspects())[1:], room=budget - 2)
+            pieces = self.spread(raw, pieces[0], lambda: list(suspects())[1:], room=budget - 2, edge=edge)
         pieces = [w for w in pieces if len(w.ids) > 2]
         return max(self.probabilities(pieces), default=0.0)
 
     def spread(self, raw: str, first: Window, suspects: Callable[[], Sequence[tuple[int, int]]],
-               room: int | None = None) -> list[Window]:
+               room: int | None = None, edge: int = EDGE_TOKENS) -> list[Window]:
         """The windows of a text longer than the budget, `max_windows` x `WINDOW_TOKENS` tokens
-        at most: its head and its tail (`EDGE_TOKENS` each; `first` is the text's first full
-        window), then one full window over the middle of each raw-text range `suspects()` gives (most
-        suspicious first; called only when the budget leaves room, since ranking them costs a pass
-        of the cheap detectors), `room` of them (default: the rest of the budget)."""
-        edge = EDGE_TOKENS - 2
+        at most: its head and its tail (`edge` tokens each, `EDGE_TOKENS` by default; `first` is the
+        text's first full window), then one full window over the middle of each raw-text range
+        `suspects()` gives (most suspicious first; called only when the budget leaves room, since
+        ranking them costs a pass of the cheap detectors), `room` of them (default: the rest of the
+        budget)."""
+        edge -= 2
         tail_text = model_text(raw[-WINDOW_TOKENS * 4 :])
         enc = self.tokenizer.encode(tail_text, add_special_tokens=False)
         tail_start = enc.offsets[-edge][0] if len(enc.ids) >= edge else 0

@@ -14,7 +14,8 @@ the cheap detectors find most suspicious (in the best chunks, one window centred
 n-gram model's best windows). With the shipped models, the n-gram model's and the neural model's
 opinions are combined by the logistic model fitted on validation data (`combination`), and the
 neural model reads as a cascade: only items the cheap stage finds worth reading, first one
-window, then the rest of its budget when that window leaves the verdict open. With other models
+window over the most suspicious span (`first_tokens` tokens), then the rest of its budget (its
+head and its tail, `edge_tokens` each, first) when that window leaves the verdict open. With other models
 (no fitted combination) the n-gram classifier only chooses where the neural model reads; the
 verdict is the neural model's with the rules and heuristics.
 An optional operator-supplied ONNX model (`onnx_backend`, id `classifier.onnx`) reads each
@@ -212,10 +213,10 @@ class Guard:
         assert combo is not None and neural is not None
         if not combo.reads(ngram, cheap, len(raw)):
             return None
-        probability, more = neural.first_read(raw, suspects)
+        probability, more = neural.first_read(raw, suspects, combo.first_tokens)
         margin = neural.margin(probability)
         if more and neural.max_windows > 1 and combo.reads_on(ngram, margin):
-            margin = max(margin, neural.margin(neural.second_read(raw, suspects)))
+            margin = max(margin, neural.margin(neural.second_read(raw, suspects, combo.edge_tokens)))
         return margin
 
     def cheap_piece(self, raw: str, depth: int = 0) -> tuple[list[Evidence], list[Evidence], list[tuple[float, float, int]], str]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import argparse
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -108,30 +110,49 @@ def test_a_benign_item_the_cheap_stage_finds_nothing_in_is_not_read_by_the_model
 
 
 def test_a_suspicious_4_kb_item_is_read_first_in_one_window_over_its_most_suspicious_span() -> None:
-    # R: P6 -- the first look is one window centred on the n-gram model's best span, not the head
+    # R: P6, P5 -- the first look is one window of `first_tokens` tokens (a full one in the shipped
+    # fit) centred on the n-gram model's best span, not the head; with the second read (head and
+    # tail, `edge_tokens` each: 32 in the shipped fit) a long item costs at most first_tokens +
+    # 2 x edge_tokens tokens, one and a half windows
     guard, recorder = recorded()
+    combo = guard.combination
+    assert combo.first_tokens + 2 * combo.edge_tokens <= 1.5 * WINDOW_TOKENS
     text = (PROSE * 40)[:2_000] + INJECTION + "\n" + (PROSE * 40)[:2_000]
     verdict = guard.scan(text)
-    assert len(recorder.calls[0]) == 1 and len(recorder.calls[0][0].ids) <= WINDOW_TOKENS
+    [first] = recorder.calls[0]
+    assert len(first.ids) == combo.first_tokens
     assert "ignore all previous instructions" in recorder.texts(0)[0]
-    assert recorder.tokens() <= 2 * WINDOW_TOKENS  # the budget, never more
+    assert recorder.tokens() <= combo.first_tokens + 2 * combo.edge_tokens
     assert verdict.blocked and NEURAL_ID in verdict.rules
 
 
-def test_the_rest_of_the_budget_is_read_only_when_the_first_window_leaves_the_verdict_open() -> None:
-    # R: P6, P5 -- a benign 4 KB mail whose wording draws the cheap stage's attention is read in one
-    # window, which settles it; a hostile one is read on (head and tail, in a second call), within
-    # the budget
+@pytest.mark.parametrize("tokens", [32, 64])
+def test_a_shorter_first_read_is_one_window_of_that_many_tokens_over_the_most_suspicious_span(tokens: int) -> None:
+    # R: P6 -- `first_tokens` below a full window (a choice the fit is offered): the window is cut
+    # around the middle of the n-gram model's best span
+    guard, recorder = recorded()
+    guard.combination = dataclasses.replace(guard.combination, first_tokens=tokens, read_on=60.0)
+    guard.scan((PROSE * 40)[:2_000] + INJECTION + "\n" + (PROSE * 40)[:2_000])
+    [[first]] = recorder.calls
+    assert len(first.ids) == tokens
+    assert "instructions" in recorder.texts(0)[0] or "maintenance" in recorder.texts(0)[0]
+
+
+@pytest.mark.parametrize("read_on", [-60.0, 60.0])
+def test_the_second_read_is_the_head_and_the_tail_only_when_the_first_leaves_the_verdict_open(read_on: float) -> None:
+    # R: P6, P5 -- after its first read an item is read on (its head and its tail, `edge_tokens`
+    # tokens each, in one call) only when the combined logit is at least `read_on`
+    guard, recorder = recorded()
+    guard.combination = dataclasses.replace(guard.combination, read_on=read_on, gate_ngram=-math.inf)
     benign = (PROSE * 20)[:2000] + "Please follow the instructions in the setup guide before you reply to this email.\n" + (PROSE * 20)[:2000]
-    guard, recorder = recorded()
     assert not guard.scan(benign).blocked
-    assert [len(call) for call in recorder.calls] == [1]
-    guard, recorder = recorded()
-    assert guard.scan((PROSE * 40)[:2_000] + INJECTION + "\n" + (PROSE * 40)[:2_000]).blocked
-    assert len(recorder.calls) == 2
-    head, tail = recorder.texts(1)[:2]
+    if read_on > 0:
+        assert [len(call) for call in recorder.calls] == [1]
+        return
+    assert [len(call) for call in recorder.calls] == [1, 2]
+    head, tail = recorder.texts(1)
+    assert all(len(w.ids) == guard.combination.edge_tokens for w in recorder.calls[1])
     assert "the quarterly report" in head and "thursday" in tail
-    assert recorder.tokens() <= 2 * WINDOW_TOKENS
 
 
 def test_a_short_item_is_read_whole_in_one_window() -> None:
@@ -209,14 +230,18 @@ def _row(label: str, slice_: str, ngram: float, first: float, chars: int = 2000,
             "full": first, "chars": chars}
 
 
+def _fit_args(features: Path, out: Path, **overrides: object) -> argparse.Namespace:
+    return argparse.Namespace(**{"features": features, "out": out, "max_fpr": 0.015, "max_loss": 0.03, "max_whole": 0.01,
+                                 "always_read_chars": 600, "first_tokens": [128], "edge_tokens": [64], "keep_line": None,
+                                 **overrides})
+
+
 def test_the_fit_refuses_features_of_held_out_rows(tmp_path: Path) -> None:
     # R: P7 -- the combination is fitted on validation rows only
-    import argparse
-
     from training.combination import fit
 
     held = _features(tmp_path / "h.jsonl", [_row("benign", "heldout", 0.0, -5.0)], heldout=True)
-    args = argparse.Namespace(features=held, out=tmp_path / "c.json", max_fpr=0.015, max_loss=0.03, max_whole=0.01, always_read_chars=600)
+    args = _fit_args(held, tmp_path / "c.json")
     with pytest.raises(SystemExit, match="held-out rows"):
         fit(args)
     assert not (tmp_path / "c.json").exists()
@@ -225,7 +250,6 @@ def test_the_fit_refuses_features_of_held_out_rows(tmp_path: Path) -> None:
 def test_the_fitted_combination_keeps_each_validation_slice_within_the_false_alarm_limit(tmp_path: Path) -> None:
     # R: P7 -- the rule of training/combination.py: the bias is the highest at which every slice's
     # benign rows stay within --max-fpr; an injection only the n-gram model is sure of is caught
-    import argparse
     import random
 
     from training.combination import Table, fit, load_features
@@ -238,7 +262,7 @@ def test_the_fitted_combination_keeps_each_validation_slice_within_the_false_ala
         rows += [_row("injection", slice_, 11.0, -6.0) for _ in range(20)]  # the n-gram model's catches
     path = _features(tmp_path / "v.jsonl", rows)
     out = tmp_path / "combination.json"
-    fit(argparse.Namespace(features=path, out=out, max_fpr=0.015, max_loss=0.03, max_whole=0.01, always_read_chars=600))
+    fit(_fit_args(path, out))
     combo = Combination.from_json(json.loads(out.read_text()), str(out))
     _, fitted = load_features(path)
     table = Table(fitted)
@@ -267,3 +291,50 @@ def test_the_cascade_reads_within_the_budget_and_one_window_more_only_for_items_
     assert 0 < recorder.tokens() <= limit * WINDOW_TOKENS
     if budget == 1:
         assert len(recorder.calls) == 1
+
+
+def _reads(first_short: float, second_short: float, **row: object) -> dict:
+    return {**row, "short": {"32": first_short}, "edges": {"32": second_short}}
+
+
+@pytest.mark.parametrize("short_sees", [True, False])
+def test_the_fit_takes_the_cheapest_reads_that_keep_the_catches(tmp_path: Path, short_sees: bool) -> None:
+    # R: P7, P5 -- of the first-read and head/tail lengths offered, the fit keeps the cheapest whose
+    # cascade loses at most --max-loss of the injections the full read catches: 32-token reads when
+    # they see what the full ones see, full ones when they do not
+    import random
+
+    from training.combination import fit
+
+    rng = random.Random(7)
+    rows = []
+    for slice_ in ("hash", "unseen-source"):
+        for _ in range(200):
+            benign = _row("benign", slice_, rng.gauss(-2, 1), rng.gauss(-8, 2))
+            rows.append(_reads(benign["first"], benign["second"], **benign))
+        for _ in range(100):
+            hostile = _row("injection", slice_, rng.gauss(0, 1), rng.gauss(3, 1))
+            if not short_sees:  # only a full first window over the suspicious span sees these
+                hostile["second"] = -CLIP
+            rows.append(_reads(hostile["first"] if short_sees else -CLIP, hostile["second"], **hostile))
+    path = _features(tmp_path / "v.jsonl", rows)
+    out = tmp_path / "combination.json"
+    fit(_fit_args(path, out, first_tokens=[32, 128], edge_tokens=[32, 64]))
+    card = json.loads(out.read_text())
+    assert (card["first_tokens"], card["edge_tokens"]) == ((32, 32) if short_sees else (128, 32))
+    Combination.from_json(card, str(out))
+
+
+def test_a_first_read_or_edges_outside_a_window_are_refused(tmp_path: Path) -> None:
+    # R: P6 -- bad input gets a clear error: combination.json and the model's reads
+    card = json.loads(DEFAULT_FILE.read_text())
+    for key, value in (("first_tokens", 129), ("first_tokens", 2), ("edge_tokens", 65)):
+        with pytest.raises(ModelError, match="first_tokens .* edge_tokens .*: expected"):
+            Combination.from_json({**card, key: value}, "c.json")
+    with pytest.raises(ModelError, match="edge_tokens"):
+        Combination.from_json({k: v for k, v in card.items() if k != "edge_tokens"}, "c.json")
+    detector = NeuralDetector.load(DEFAULT_DIR)
+    with pytest.raises(ValueError, match="first read of 200 tokens"):
+        detector.first_read("text", tokens=200)
+    with pytest.raises(ValueError, match="head and tail windows of 100 tokens"):
+        detector.second_read("text", edge=100)
