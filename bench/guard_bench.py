@@ -18,6 +18,7 @@ flags and the load average.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -77,7 +78,7 @@ def cpu_model() -> str:
 def cpu_flags() -> str:
     """The CPU's vector flags that decide the int8 kernels' speed (docs/model_card.md)."""
     try:
-        found = set(re.findall(r"avx512[a-z_]*|avx2|avx_vnni", Path("/proc/cpuinfo").read_text()))
+        found = set(re.findall(r"avx512[a-z0-9_]*|avx2|avx_vnni", Path("/proc/cpuinfo").read_text()))
     except OSError:
         return "unknown"
     return " ".join(sorted(found)) or "none"
@@ -275,6 +276,11 @@ def padded(rows: list[Row], filler: str, size: int = 4096) -> list[str]:
     return out
 
 
+FIRST_CASCADE = {"read_on": -0.75, "edge_tokens": 64}
+"""The cascade's settings of its first fit (2026-12-05, session 18) that the second changed, for a
+before/after row in `latency_report`."""
+
+
 def latency_report(out: Path, quick: bool, cpu_note: str = "") -> None:
     """The cascade (shipped) against the full read (the guard as it read before issue 36) and the
     cheap detectors alone: 4 KB benign and injected items, p50/p99, and a 1 MB document; the CPU,
@@ -286,6 +292,8 @@ def latency_report(out: Path, quick: bool, cpu_note: str = "") -> None:
     shipped = build_guard(PromptGuardConfig(type="prompt_guard"))
     before = build_guard(PromptGuardConfig(type="prompt_guard"))
     before.combination = None
+    first_cascade = build_guard(PromptGuardConfig(type="prompt_guard"))
+    first_cascade.combination = dataclasses.replace(first_cascade.combination, **FIRST_CASCADE)
     cheap = build_guard(PromptGuardConfig(type="prompt_guard", detectors={"neural": False}))
     detector = shipped.neural
     kernel = model_alone(detector, 5 if quick else 50)
@@ -313,6 +321,7 @@ def latency_report(out: Path, quick: bool, cpu_note: str = "") -> None:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, guard in (("shipped: combination + cascade", shipped),
+                        ("the first cascade (read on at z >= -0.75, head and tail 64 tokens each)", first_cascade),
                         ("before issue 36: the model reads every item (2 windows)", before),
                         ("cheap detectors alone (`neural: false`)", cheap)):
         latencies(guard.scan, small[:20] + injected[:20], 1)  # warm-up
@@ -387,6 +396,8 @@ def main() -> None:
     budget = PromptGuardConfig(type="prompt_guard").neural.max_windows
     before = build_guard(PromptGuardConfig(type="prompt_guard"))
     before.combination = None
+    first_cascade = build_guard(PromptGuardConfig(type="prompt_guard"))
+    first_cascade.combination = dataclasses.replace(first_cascade.combination, **FIRST_CASCADE)
     scanners: list[tuple[str, str, Callable[[str], bool]]] = [
         (f"prompt_guard, shipped default (combination of every detector, cascade, neural budget {budget} windows)",
          "shipped", guard_of()),

@@ -18,9 +18,10 @@ validation slice.
 The neural model is the expensive part, so it runs as a cascade (`Guard._neural_evidence`): it
 reads an item only when the cheap stage finds it worth reading (`reads`: the n-gram logit, or the
 rules' and heuristics' score, at or above a gate chosen on validation), first one window over the
-most suspicious span (`NeuralDetector.first_read`; of `first_tokens` tokens, half a window in the
-shipped fit, so that a benign item costs half a window), and the rest of its budget only when that
-window leaves the verdict open (`reads_on`). An item the model does not read counts its margin as
+most suspicious span (`NeuralDetector.first_read`, `first_tokens` long), and the rest of its budget
+(its head and its tail first, `edge_tokens` each) only when that window leaves the verdict open
+(`reads_on`). The fit chooses both lengths (a full first window and 32-token head and tail windows
+since the second fit: a long item costs at most one and a half windows). An item the model does not read counts its margin as
 `-CLIP`, the lowest it can be, so reading can only raise a score.
 
 The fitted values are in `model/combination.json`, with the sha256 of the two model files they

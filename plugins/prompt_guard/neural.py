@@ -228,22 +228,23 @@ class NeuralDetector:
     def first_read(self, raw: str, suspects: Callable[[], Sequence[tuple[int, int]]] = tuple,
                    tokens: int = WINDOW_TOKENS) -> tuple[float, bool]:
         """The cascade's first look (`scanner.Guard`): one window at most. A text that fits in one
-        full window is read whole; a longer one in one window of `tokens` tokens (a full one by
-        default; the shipped combination's `first_tokens`, half of one) over the middle of the most
+        full window is read whole; a longer one in one window of `tokens` tokens (the combination's
+        `first_tokens`; a full window by default and in the shipped fit) over the middle of the most
         suspicious raw-text range `suspects()` gives (its head when there is none). Returns the
         probability and whether the text holds more than was read (`second_read` reads on)."""
         if not 2 < tokens <= WINDOW_TOKENS:
             raise ValueError(f"a first read of {tokens} tokens: expected 3 to {WINDOW_TOKENS}")
         head_chars = WINDOW_TOKENS * 6
-        pieces = self.windows(model_text(raw[:head_chars]), 2)
-        if len(pieces) == 1 and len(raw) <= head_chars:
-            return max(self.probabilities([w for w in pieces if len(w.ids) > 2]), default=0.0), False
+        if len(raw) <= head_chars:  # longer texts never fit: their head is tokenised only if needed below
+            pieces = self.windows(model_text(raw), 2)
+            if len(pieces) == 1:
+                return max(self.probabilities([w for w in pieces if len(w.ids) > 2]), default=0.0), False
         for start, end in suspects():
             got = [w for w in self.windows(model_text(raw[max(0, start) : end]), 1, centre=True, tokens=tokens)
                    if len(w.ids) > 2]
             if got:
                 return self.probabilities(got)[0], True
-        head = pieces[0] if tokens == WINDOW_TOKENS else Window((self._cls, *pieces[0].ids[1 : tokens - 1], self._sep), 0)
+        [head] = self.windows(model_text(raw[:head_chars]), 1, tokens=tokens)
         return max(self.probabilities([head]), default=0.0), True
 
     def second_read(self, raw: str, suspects: Callable[[], Sequence[tuple[int, int]]] = tuple,
