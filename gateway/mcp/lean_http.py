@@ -79,11 +79,11 @@ class LeanPosts:
     def __init__(self, http: httpx2.AsyncClient, url: str, max_answer_bytes: int, egress: EgressPolicy | None) -> None:
         self._http = http
         self._url = httpx2.URL(url)
-        self._origin = Origin(url)
+        self._origin = Origin(str(self._url))  # as httpx2 writes it: host lower-cased, default port and dot segments dropped
         self._max = max_answer_bytes
         self._egress = egress
         self._pool = Http11Pool(max_connections=MAX_IN_FLIGHT, address_of=self._admitted if egress is not None else None,
-                                resend_fresh=False)
+                                resend=False)
         self._host = self._url.netloc
         self._client_raw: list[tuple[bytes, bytes]] | None = None
         self._client: list[tuple[bytes, bytes]] | None = None

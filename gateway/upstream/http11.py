@@ -286,17 +286,18 @@ class Http11Pool:
     """Keep-alive connections per origin; `post` sends one request on one of them (or a new one).
 
     `address_of`: where a new connection to a host goes (by default the host itself, as the
-    resolver gives it). `resend_fresh`: whether a request whose *new* connection failed before any
-    byte of a response is sent once more (the chat path's rule); without it, only a request written
-    on a kept-alive connection the server was just closing is."""
+    resolver gives it). `resend`: whether a request whose connection failed before any byte of a
+    response is sent once more on a new connection (the chat path's rule); without it (a tool call,
+    which must not run twice) a request once written is never sent again — the server may have read
+    and run it before the connection broke — and the failure is raised, as `httpx2` raises it."""
 
-    def __init__(self, *, max_connections: int = 1000, address_of: AddressOf | None = None, resend_fresh: bool = True) -> None:
+    def __init__(self, *, max_connections: int = 1000, address_of: AddressOf | None = None, resend: bool = True) -> None:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._slots = asyncio.Semaphore(max_connections)
         self._open: set[_Connection] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._address_of = address_of
-        self._resend_fresh = resend_fresh
+        self._resend = resend
 
     @staticmethod
     def serves(url: str) -> bool:
@@ -308,9 +309,9 @@ class Http11Pool:
 
     async def post(self, origin: Origin, headers: bytes, payload: bytes, *, connect_timeout: float, read_timeout: float) -> Response:
         """POST `payload` with the header lines `headers` (each ending in CRLF, without Host and
-        Content-Length). A request whose connection failed before any byte of a response (a
-        kept-alive one the server was just closing) is sent once more on a new connection, as
-        `OpenAICompatUpstream` does through `httpx2`; a second failure is raised."""
+        Content-Length). With `resend`, a request whose connection failed before any byte of a
+        response (a kept-alive one the server was just closing) is sent once more on a new
+        connection, as `OpenAICompatUpstream` does through `httpx2`; a second failure is raised."""
         request = b"".join((b"POST ", origin.target.encode("latin-1"), b" HTTP/1.1\r\nhost: ", origin.host_header.encode("latin-1"),
                             b"\r\n", headers, b"content-length: ", str(len(payload)).encode(), b"\r\n\r\n", payload))
         loop = asyncio.get_running_loop()
@@ -321,13 +322,12 @@ class Http11Pool:
         try:
             for attempt in (0, 1):
                 conn = self._idle_connection((origin.host, origin.port)) if attempt == 0 else None
-                fresh = conn is None
                 if conn is None:
                     conn = await self._connect(origin, connect_timeout)
                 try:
                     return await self._exchange(conn, request, read_timeout)
                 except (httpx2.RemoteProtocolError, httpx2.ReadError):
-                    if conn.received or attempt or (fresh and not self._resend_fresh):
+                    if conn.received or attempt or not self._resend:
                         raise
             raise AssertionError("unreachable")  # pragma: no cover
         except BaseException:

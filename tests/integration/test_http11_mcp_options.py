@@ -1,8 +1,8 @@
 """What the MCP layer's use of the lean HTTP/1.1 client adds to it (gateway/upstream/http11.py,
-gateway/mcp/lean_http.py), against raw HTTP servers on loopback: a request whose *new* connection
-was dropped before any answer is not sent again (a tool call is not repeated), while one written on
-a kept-alive connection the server was just closing still is; new connections go where `address_of`
-says (the egress check), and a refusal there leaves no connection attempted."""
+gateway/mcp/lean_http.py), against raw HTTP servers on loopback: without `resend`, a request once
+written is never sent again, on a new connection or a kept-alive one (the server may have run the
+tool before the connection broke; httpx2 raises the same way); new connections go where
+`address_of` says (the egress check), and a refusal there leaves no connection attempted."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from gateway.upstream.http11 import Http11Pool
 from tests.integration.test_upstream_http11 import RawServer, answer, post
 
 
-async def test_without_resend_fresh_a_new_connection_dropped_before_any_answer_is_not_sent_again() -> None:
+async def test_without_resend_a_new_connection_dropped_before_any_answer_is_not_sent_again() -> None:
     async def dropping(body: bytes, writer: asyncio.StreamWriter) -> bool:
         return False  # closed without a byte of response
 
-    pool = Http11Pool(resend_fresh=False)
+    pool = Http11Pool(resend=False)
     try:
         async with RawServer(dropping) as server:
             with pytest.raises(httpx2.RemoteProtocolError, match="without a response"):
@@ -29,18 +29,44 @@ async def test_without_resend_fresh_a_new_connection_dropped_before_any_answer_i
         await pool.aclose()
 
 
-async def test_without_resend_fresh_a_kept_connection_the_server_closed_is_still_replaced() -> None:
+async def test_without_resend_a_request_written_on_a_kept_connection_that_breaks_unanswered_is_not_sent_again() -> None:
+    # the server read the second request (it may have run the tool) and the connection broke
+    # before any byte of the answer: a resend would run the tool twice
     calls = {"n": 0}
 
     async def once_per_connection(body: bytes, writer: asyncio.StreamWriter) -> bool:
         calls["n"] += 1
-        if calls["n"] == 2:  # the kept connection's second request: closed unanswered, as a server's keep-alive end
+        if calls["n"] == 2:  # the kept connection's second request: read, then closed unanswered
             return False
         writer.write(answer(b'{"ok": %d}' % calls["n"]))
         await writer.drain()
         return True
 
-    pool = Http11Pool(resend_fresh=False)
+    pool = Http11Pool(resend=False)
+    try:
+        async with RawServer(once_per_connection) as server:
+            assert await post(pool, server.url) == (200, b'{"ok": 1}')
+            with pytest.raises((httpx2.RemoteProtocolError, httpx2.ReadError)):
+                await post(pool, server.url)
+            assert (len(server.requests), server.connections) == (2, 1)
+            assert await post(pool, server.url) == (200, b'{"ok": 3}')  # the broken connection is not reused
+            assert (len(server.requests), server.connections) == (3, 2)
+    finally:
+        await pool.aclose()
+
+
+async def test_with_resend_the_chat_paths_request_on_a_kept_connection_closed_unanswered_is_sent_once_more() -> None:
+    calls = {"n": 0}
+
+    async def once_per_connection(body: bytes, writer: asyncio.StreamWriter) -> bool:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            return False
+        writer.write(answer(b'{"ok": %d}' % calls["n"]))
+        await writer.drain()
+        return True
+
+    pool = Http11Pool()
     try:
         async with RawServer(once_per_connection) as server:
             assert await post(pool, server.url) == (200, b'{"ok": 1}')

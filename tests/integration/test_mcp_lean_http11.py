@@ -311,3 +311,22 @@ def test_only_plain_http_endpoints_without_a_proxy_or_credentials_get_the_lean_c
     assert LeanHttp(http, "http://user:secret@tools.example/mcp", BOUND).posts is None
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
     assert LeanHttp(http, "http://tools.example/mcp", BOUND).posts is None
+
+
+@pytest.mark.parametrize("written", ["http://LocalHost:{port}/mcp", "http://localhost:{port}/x/../mcp"])
+async def test_the_lean_post_writes_host_and_path_as_httpx2_does_for_an_endpoint_written_unusually(written: str) -> None:
+    # R: B14 — a server that checks Host (the SDK's DNS-rebinding protection) accepted the session
+    # (httpx2, normalised) and refused every lean call (Host as typed: `LocalHost:…`)
+    calls = Seen()
+    with serve(watched(calls, tools_app(calls, hosts=["localhost:*"]))) as running:
+        clients = McpClients()
+        connection = await opened(written.format(port=running.port), clients)
+        try:
+            lean = lean_of(connection)
+            result = await outcome(connection, "echo", {"text": "through"})
+            assert result["content"][0]["text"] == "through"
+            assert lean.posts.sent == 1  # type: ignore[union-attr]
+            assert calls.headers[-1]["host"] == f"localhost:{running.port}"
+        finally:
+            await connection.close()
+            await clients.close()
