@@ -185,6 +185,9 @@ class LeanRelay:
         self._handlers = handlers
         self._offerings = offerings
         self._server = server
+        self._stamp: dict[str, Any] | None = None
+        """The server-info stamp, dumped once: the SDK hands out a deep copy per answer in case the
+        caller mutates it; an answer here is written as soon as it is made and never changed."""
         self._security: tuple[TransportSecuritySettings | None, TransportSecurityMiddleware] | None = None
         self.served = 0
         """Requests answered here (the rest went to the SDK)."""
@@ -228,7 +231,7 @@ class LeanRelay:
             return False
         if find_duplicated_routing_header(headers.items()) is not None:
             return False
-        verdict = classify_inbound_request(decoded, headers=dict(headers))
+        verdict = classify_inbound_request(decoded, headers=_first_values(headers.raw))
         if isinstance(verdict, InboundLadderRejection) or verdict.protocol_version != version:
             return False
         call = self._call(caller, method, params)
@@ -335,10 +338,24 @@ class LeanRelay:
             dumped["resultType"] = "complete"
         meta = dumped.get("_meta")
         if meta is None:
-            dumped["_meta"] = {SERVER_INFO_META_KEY: self._server.server_info_stamp}
+            dumped["_meta"] = {SERVER_INFO_META_KEY: self._server_info_stamp()}
         elif isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None:
-            dumped["_meta"] = {**meta, SERVER_INFO_META_KEY: self._server.server_info_stamp}
+            dumped["_meta"] = {**meta, SERVER_INFO_META_KEY: self._server_info_stamp()}
         return dumped
+
+    def _server_info_stamp(self) -> dict[str, Any]:
+        if self._stamp is None:
+            self._stamp = self._server.server_info_stamp
+        return self._stamp
+
+
+def _first_values(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The headers as `dict(request.headers)` gives them (a repeated name: its first value),
+    without its lookup per name through the whole list."""
+    flat: dict[str, str] = {}
+    for name, value in raw:
+        flat.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+    return flat
 
 
 def _bind(middleware: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
