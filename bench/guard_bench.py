@@ -8,6 +8,8 @@ the model's load time; one core (onnxruntime runs single-threaded).
     .venv/bin/python bench/guard_bench.py [--earlier-model DIR] [--wide] [--out bench/results/guard.md] [--quick]
     .venv/bin/python bench/guard_bench.py --detectors [--out bench/results/guard_detectors.md]
     .venv/bin/python bench/guard_bench.py --latency [--out bench/results/guard_latency.md]
+    bench/avx2_only/run.sh .venv/bin/python bench/guard_bench.py --latency --cpu-note "made AVX2-only: ..." \
+        --out bench/results/guard_latency_avx2.md   # as on an AVX2-only CPU (bench/avx2_only/README.md)
 
 Writes a Markdown table (with the date, `uname -m` and the CPU model) and prints it. `--detectors`
 instead writes the per-source table of each detector alone beside their combination (issue 36), in
