@@ -17,13 +17,13 @@ from mcp import MCPError
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from gateway.mcp.connection import McpConnection
 from gateway.mcp.errors import AnswerTooLarge, McpCallFailed
 from gateway.mcp.lean import can_lean, lean_call
 from gateway.mcp.target import McpClients, McpTarget
-from tests.support.http_server import ServerThread, serve
+from tests.support.http_server import ServerThread, replayed, request_body, serve
 from tests.support.mcp_servers import McpServerState, recording_app
 
 BOUND = 64 * 1024
@@ -72,13 +72,7 @@ def answering_badly(inner: Any) -> Any:
         if scope["type"] != "http" or scope["method"] != "POST":
             await inner(scope, receive, send)
             return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
+        body = await request_body(receive)
         try:
             decoded = json.loads(body)
         except ValueError:
@@ -92,12 +86,7 @@ def answering_badly(inner: Any) -> Any:
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": payload})
             return
-        sent = [{"type": "http.request", "body": body, "more_body": False}]
-
-        async def replay() -> Message:
-            return sent.pop() if sent else await receive()
-
-        await inner(scope, replay, send)
+        await inner(scope, replayed(body, receive), send)
 
     return app
 

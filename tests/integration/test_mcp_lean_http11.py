@@ -23,7 +23,7 @@ from mcp import MCPError
 from mcp.server import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from prometheus_client import CollectorRegistry
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from gateway.egress import UNUSABLE, EgressPolicy
 from gateway.mcp.connection import McpConnection
@@ -33,7 +33,7 @@ from gateway.mcp.metrics import PoolMetrics
 from gateway.mcp.operations import relay_tool_call
 from gateway.mcp.pool import SessionPool
 from gateway.mcp.target import McpClients, McpTarget, mcp_http_client
-from tests.support.http_server import ServerThread, serve
+from tests.support.http_server import ServerThread, replayed, request_body, serve
 from tests.support.mcp_servers import McpServerState, http_app, recording_app
 
 BOUND = 64 * 1024
@@ -85,13 +85,7 @@ def watched(seen: Seen, inner: Any) -> Any:
                         "headers": [(b"location", b"/mcp"), (b"content-length", b"0")]})
             await send({"type": "http.response.body", "body": b""})
             return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
+        body = await request_body(receive)
         decoded = json.loads(body)
         if isinstance(decoded, dict) and decoded.get("method") == "tools/call":
             name = decoded["params"]["name"]
@@ -104,12 +98,7 @@ def watched(seen: Seen, inner: Any) -> Any:
                     (b"content-length", str(len(payload)).encode())]})
                 await send({"type": "http.response.body", "body": payload})
                 return
-        sent = [{"type": "http.request", "body": body, "more_body": False}]
-
-        async def replay() -> Message:
-            return sent.pop() if sent else await receive()
-
-        await inner(scope, replay, send)
+        await inner(scope, replayed(body, receive), send)
 
     return app
 

@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from gateway.bridge.config import BridgeConfig
 from gateway.bridge.limits import MIB
 from tests.support.bridge_servers import bridge_app, mcp_http
-from tests.support.http_server import ServerThread, serve
+from tests.support.http_server import ServerThread, request_body, serve
 
 BOUND = 4 * MIB
 """`bridge.limits.resultBytes` by default."""
@@ -41,12 +41,7 @@ def gzip_server(seen: list[str]) -> Any:
     `seen` collects the Accept-Encoding of every tools/call."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:  # served with lifespan="off"
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await request_body(receive)
         request = json.loads(body) if body else {}
         if scope["method"] != "POST" or "id" not in request:
             await send({"type": "http.response.start", "status": 202 if scope["method"] == "POST" else 405, "headers": []})

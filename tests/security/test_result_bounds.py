@@ -29,7 +29,7 @@ from gateway.bridge.config import BridgeConfig
 from gateway.bridge.limits import MIB
 from tests.support import canary
 from tests.support.bridge_servers import BridgeApp, audit_flushed, bridge_app, edge, graph, mcp_http, node, pipeline, tool_node
-from tests.support.http_server import ServerThread, serve
+from tests.support.http_server import ServerThread, request_body, serve
 
 BOUND = 4 * MIB
 """`bridge.limits.resultBytes` and `valueBytes` by default."""
@@ -97,12 +97,7 @@ def flood_server(log: FloodLog) -> Any:
             await send({"type": "http.response.start", "status": 405, "headers": []})
             await send({"type": "http.response.body", "body": b""})
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await request_body(receive)
         request = json.loads(body)
         if "id" not in request:  # a notification
             await send({"type": "http.response.start", "status": 202, "headers": []})

@@ -83,3 +83,23 @@ def serve(app: Any, **kwargs: Any) -> Iterator[ServerThread]:
         yield server
     finally:
         server.stop()
+
+
+async def request_body(receive: Any) -> bytes:
+    """The whole body of an ASGI HTTP request, read from `receive` to its last message."""
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def replayed(body: bytes, receive: Any) -> Any:
+    """A `receive` for an inner app, which gives it `body` (already read by a wrapper) first."""
+    sent = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> Any:
+        return sent.pop() if sent else await receive()
+
+    return replay
