@@ -15,8 +15,9 @@
 `--only federated` runs section 3 alone (writes bench/results/bridge_federated.md); `--baseline DIR`
 adds the Bridge of another checkout of the code (its process served by its own copy of this file)
 to the same rounds, for a before/after under the same load. `--profile OUT.md [--handshake-only]
-[--baseline DIR]` profiles the Bridge (this one, or DIR's) with py-spy at C = 10 for 20 s and writes a
-summary (bench/profiles/bridge-*.md); py-spy is not a dependency: `pip install py-spy==0.4.1` first.
+[--baseline DIR] [--concurrency C]` profiles the Bridge (this one, or DIR's) with py-spy at C = 10
+(or C) for 20 s and writes a summary (bench/profiles/bridge-*.md); py-spy is not a dependency:
+`pip install py-spy==0.4.1` first.
 
 Writes a table to bench/results/bridge.md (with date and machine).
 """
@@ -505,7 +506,7 @@ async def drive(url: str, concurrency: int, seconds: float) -> int:
         return calls
 
 
-def profile_summary(raw: Path, calls: int, title: str) -> str:
+def profile_summary(raw: Path, calls: int, title: str, concurrency: int = 10) -> str:
     """A py-spy raw profile as markdown: own time by package, inclusive time of the request path's frames."""
     own: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
@@ -522,7 +523,8 @@ def profile_summary(raw: Path, calls: int, title: str) -> str:
     lines = [
         f"# {title}", "", *header(), "",
         f"py-spy 0.4.1 (`record --gil -r 200`, only the thread holding the GIL: Python CPU time) on the Bridge process for "
-        f"{PROFILE_SECONDS} s while 10 clients call `tools__echo` through `/mcp` ({calls} calls); {total} samples.", "",
+        f"{PROFILE_SECONDS} s while {concurrency} client(s) call `tools__echo` through `/mcp` ({calls} calls); {total} samples.",
+        "",
         "Own time by package (the innermost frame's):", "", "| package | share |", "|---|---|",
         *(f"| {name} | {100 * n / total:.1f} % |" for name, n in own.most_common(16)), "",
         "Inclusive time of the request path's frames (≥ 3 %):", "", "| frame | share |", "|---|---|",
@@ -532,8 +534,8 @@ def profile_summary(raw: Path, calls: int, title: str) -> str:
     return "\n".join(lines)
 
 
-def profile(out: Path, handshake_only: bool, checkout: Path | None) -> str:
-    """Profile the Bridge (of `checkout`, default this one) at C = 10 with py-spy (from this venv)."""
+def profile(out: Path, handshake_only: bool, checkout: Path | None, concurrency: int = 10) -> str:
+    """Profile the Bridge (of `checkout`, default this one) at C = `concurrency` with py-spy (from this venv)."""
     spy = Path(sys.executable).with_name("py-spy")
     with tool_process(0, handshake_only=handshake_only) as tools, bridge_process(tools.url, checkout) as bridge:
         asyncio.run(drive(bridge.url, 1, 1))
@@ -542,10 +544,10 @@ def profile(out: Path, handshake_only: bool, checkout: Path | None) -> str:
             [str(spy), "record", "-p", str(bridge.pid), "-r", "200", "-d", str(PROFILE_SECONDS), "-f", "raw", "-o", str(raw),
              "--nonblocking", "--gil"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        calls = asyncio.run(drive(bridge.url, 10, PROFILE_SECONDS - 2))
+        calls = asyncio.run(drive(bridge.url, concurrency, PROFILE_SECONDS - 2))
         recorder.wait()
     generation = "2025-11-25 sessions" if handshake_only else "stateless 2026-07-28"
-    return profile_summary(raw, calls, f"Bridge profile, {generation} tool server, C = 10")
+    return profile_summary(raw, calls, f"Bridge profile, {generation} tool server, C = {concurrency}", concurrency)
 
 
 if __name__ == "__main__":
@@ -559,6 +561,7 @@ if __name__ == "__main__":
         "--profile", type=Path, default=None,
         help="profile the Bridge at C = 10 with py-spy (pip install py-spy into the venv) and write a markdown summary here",
     )
+    parser.add_argument("--concurrency", type=int, default=10, help="with --profile: this many clients calling at once")
     parser.add_argument("--bridge-server", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--handshake-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
@@ -575,8 +578,10 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("httpx2", "mcp", "uvicorn"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if ns.concurrency < 1:
+        parser.error(f"--concurrency must be at least 1, not {ns.concurrency}")
     if ns.profile is not None:
-        ns.profile.write_text(profile(ns.profile, ns.handshake_only, ns.baseline), encoding="utf-8")
+        ns.profile.write_text(profile(ns.profile, ns.handshake_only, ns.baseline, ns.concurrency), encoding="utf-8")
         print(ns.profile.read_text(encoding="utf-8"))
         sys.exit(0)
     if ns.only == "federated":
