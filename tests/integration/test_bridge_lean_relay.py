@@ -20,6 +20,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from gateway.bridge.config import BridgeConfig
+from gateway.bridge import fast_path
 from gateway.bridge.fast_path import LeanRelay
 from tests.support.bridge_servers import BridgeApp, CallLog, audit_flushed, bridge_app, mcp_http, tool_server
 from tests.support.conformance import ConformanceFixture
@@ -217,3 +218,23 @@ async def test_a_post_that_is_not_json_is_refused_by_the_sdk_as_before(world: Wo
     sent = headers(**{"mcp-name": "tools__echo", "content-type": "text/plain"})
     lean = await post(world, call("tools__echo", {"text": "hi"}), sent, lean=True)
     assert lean[0] == 400 and lean[3] == 0, "a POST that is not JSON is the SDK's to refuse"
+
+
+async def test_a_call_silent_for_the_ping_interval_is_kept_alive_on_an_event_stream(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # R: F14 (the keep-alive runs beside the call: the answer commits to an event stream, pinged, then the result)
+    monkeypatch.setattr(fast_path, "PING_SECONDS", 0.05)
+    before = world.lean.served
+    async with mcp_http("alice-key") as http:
+        response = await http.post(
+            world.url, content=json.dumps(call("py__slow", {"delay": 1.0})), headers=headers(**{"mcp-name": "py__slow"}))
+    assert response.status_code == 200 and response.headers["content-type"] == "text/event-stream"
+    frames = response.text.split("\r\n\r\n")
+    assert frames[0] == ": ping" and frames[-1] == "", "pings first, the stream ends after the result"
+    result = frames[-2]
+    assert set(frames[:-2]) == {": ping"}, "nothing but pings before the result"
+    assert result.startswith("event: message\r\ndata: ")
+    answer = json.loads(result.partition("data: ")[2])
+    assert answer["id"] == 7 and answer["result"]["content"][0]["text"] == "slow done"
+    assert world.lean.served - before == 1
