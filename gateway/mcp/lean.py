@@ -218,7 +218,7 @@ async def _answer(exchange: _Exchange, response: httpx2.Response) -> dict[str, A
         raise _error(INTERNAL_ERROR, "Server returned an error response")
     if content_type.startswith("application/json"):
         try:
-            content = await response.aread()
+            content = await _read(response)
         except httpx2.StreamError as exc:  # cut at the bound, or content-encoded (bounds.py): as the SDK reports it
             raise _error(PARSE_ERROR, f"Failed to parse JSON response: {exc}") from exc
         return _result(_message(content, "Failed to parse JSON response"), exchange.request_id)
@@ -230,6 +230,37 @@ async def _answer(exchange: _Exchange, response: httpx2.Response) -> dict[str, A
     finally:
         for task in pending:  # answers to the server still being made when the call ended
             task.cancel()
+
+
+async def _read(response: httpx2.Response) -> bytes:
+    """`await response.aread()` for a JSON answer, without httpx2's three async generators over its
+    stream (`aiter_bytes`, `aiter_raw` and the list they fill): with no content coding and no chunk
+    size, its decoder and chunker pass the bytes through as they come. As `aread` does it: the stream
+    marked consumed and read to its end, the response closed after (also when the read fails), a
+    transport error given its request, the content kept on the response."""
+    stream = response.stream
+    if (
+        response.is_stream_consumed or response.is_closed or not isinstance(stream, httpx2.AsyncByteStream)
+        or any(coding.strip().lower() not in ("", "identity")
+               for coding in response.headers.get_list("content-encoding", split_commas=True))
+    ):
+        return await response.aread()
+    response.is_stream_consumed = True
+    response._num_bytes_downloaded = 0  # noqa: SLF001 - counted as `aiter_raw` counts it
+    parts: list[bytes] = []
+    try:
+        try:
+            async for part in stream:
+                response._num_bytes_downloaded += len(part)  # noqa: SLF001
+                parts.append(part)
+        finally:
+            await response.aclose()
+    except httpx2.RequestError as exc:
+        exc.request = response.request
+        raise
+    content = b"".join(parts)
+    response._content = content  # noqa: SLF001 - as `aread` keeps it
+    return content
 
 
 @dataclass
