@@ -4,9 +4,10 @@
 queued, so the store can tell a record it has from a new one.
 
 The task writes batches of up to `_BATCH` records, one store write each (one transaction on
-SQLite, one hop to its thread; one round trip on PostgreSQL). After taking a record it waits up to
-`LINGER` seconds for more to join the batch, so a busy Bridge writes once per `LINGER` rather than
-once per call; a full batch, `flushed()` and `stop()` cut the wait short.
+SQLite, one hop to its thread; one round trip on PostgreSQL). A record taken within `LINGER`
+seconds of the last write waits for more to join its batch until `LINGER` after that write, so a
+busy Bridge writes once per `LINGER` rather than once per call; a record after a quiet spell is
+written at once; a full batch, `flushed()` and `stop()` cut the wait short.
 
 Without a spool (`bridge.auditSpool` unset), a full queue or a failing store drops the record and
 counts it in `toolgate_audit_dropped_total` on the registry the service was given.
@@ -69,6 +70,8 @@ class AuditWriter:
         self._store = store
         self._linger = linger
         self._hurry = asyncio.Event()
+        self._last_write = float("-inf")
+        """When (the loop's clock) the last batch was taken for the store."""
         """Set when the batch being gathered should be written now (full, flushed, stopping)."""
         self._flushing = 0
         self._spool = spool
@@ -222,14 +225,20 @@ class AuditWriter:
         return self._spool is not None and self._spool.pending()
 
     async def _gather(self) -> None:
-        """Let more records join the batch: up to `LINGER` seconds, less when it fills up, is
-        flushed, the writer stops or the queue overflows into the spool (`_hurry`)."""
+        """Let more records join the batch: until `LINGER` seconds after the last store write, less
+        when it fills up, is flushed, the writer stops or the queue overflows into the spool
+        (`_hurry`). A record after a quiet spell (no write within `LINGER`) is written at once, so
+        an idle Bridge's records are readable as soon as they were before batching."""
         self._hurry.clear()
         if self._linger <= 0 or self._stopped or self._flushing or self._queue.qsize() >= _BATCH - 1:
             return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self._linger):
-                await self._hurry.wait()
+        loop = asyncio.get_running_loop()
+        wait = self._last_write + self._linger - loop.time()
+        if wait > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._hurry.wait()
+        self._last_write = loop.time()
 
     async def _spooling(self) -> None:
         """One step while the spool holds records: new records join it; when the pause is over, it

@@ -61,7 +61,8 @@ def writer_over(batches: Batches, registry: CollectorRegistry, *, linger: float 
 
 
 async def test_records_arriving_one_by_one_are_written_as_one_batch_in_order(store: BridgeStore) -> None:
-    # R: F5 -- one store write for many calls, each record once, in the order submitted
+    # R: F5 -- one store write for many calls, each record once, in the order submitted; the first,
+    # after a quiet spell, is written at once
     batches = Batches(store)
     writer = writer_over(batches, CollectorRegistry())
     writer.start()
@@ -70,8 +71,26 @@ async def test_records_arriving_one_by_one_are_written_as_one_batch_in_order(sto
         await asyncio.sleep(0)  # the writer runs between calls, as it does between requests
     await asyncio.wait_for(writer.flushed(), timeout=10)
     await writer.stop()
-    assert batches.sizes == [40]
+    assert batches.sizes == [1, 39]
     assert await stored(store) == list(range(40))
+
+
+async def test_a_record_after_a_quiet_spell_is_written_at_once_without_a_flush(store: BridgeStore) -> None:
+    # R: F5 -- an idle Bridge's record is readable as soon as before batching (a console user who
+    # made a connection and opens the audit log finds it); only a record close behind a write waits
+    batches = Batches(store)
+    writer = writer_over(batches, CollectorRegistry())
+    writer.start()
+    writer.submit(record(1))
+    await asyncio.wait_for(batches.written.wait(), timeout=10)  # LONG linger: not waited out
+    assert batches.sizes == [1] and await stored(store) == [1]
+    writer.submit(record(2))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert batches.sizes == [1]  # within the linger of the last write: it waits for company
+    await asyncio.wait_for(writer.flushed(), timeout=10)
+    await writer.stop()
+    assert batches.sizes == [1, 1] and await stored(store) == [1, 2]
 
 
 async def test_a_burst_is_written_in_full_batches_without_waiting_out_the_linger(store: BridgeStore) -> None:
