@@ -283,33 +283,26 @@ class LeanRelay:
     async def _answer(
         self, ctx: LeanContext, call: Callable[[LeanContext], Awaitable[BaseModel]], answer: _Answer, receive: Receive
     ) -> None:
-        """Run the call in this task, watched for the caller leaving (which cancels it, and with it
-        the upstream call) and kept alive with a ping every `PING_SECONDS` while it runs; answer its
-        result or its error. The call runs here rather than in a task of its own: at C = 1 a task
-        and `asyncio.wait` per call are two more loop iterations between the caller's request and
-        the upstream POST, and between the upstream answer and the caller's."""
-        task = asyncio.current_task()
-        assert task is not None
-        watch = _Watch(task, answer, receive)
+        """Run the call beside a watch for the caller leaving; answer its result or its error."""
+        work = asyncio.ensure_future(self._result(ctx, call))
+        gone = asyncio.ensure_future(_disconnected(receive))
         try:
-            try:
-                status, message = await self._result(ctx, call)
-            except asyncio.CancelledError:
-                if watch.stop() is None or task.uncancel() > 0:  # cancelled from outside, not by the watch
-                    raise
-                failed = watch.failed
-                if failed is not None:  # the keep-alive ping failed: the caller left mid-write
-                    raise failed from None
-                return  # the caller left: no answer
-            if watch.stop() is not None:  # the call ended as it was being cancelled (it ignored the cancel)
-                task.uncancel()
-                if watch.failed is not None:
-                    raise watch.failed
-                return
+            while True:
+                done, _ = await asyncio.wait({work, gone}, timeout=PING_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+                if work in done:
+                    break
+                if gone in done:  # the caller left: its call is cancelled (and with it the upstream call)
+                    work.cancel()
+                    await asyncio.wait({work})
+                    return
+                await answer.event(_PING)
+            status, message = work.result()
             await answer.finish(status, message)
         finally:
-            watch.stop()
-            await watch.settled()
+            gone.cancel()
+            if not work.done():  # e.g. the keep-alive ping failed: the caller left mid-write
+                work.cancel()
+                await asyncio.wait({work})  # the call (and its upstream call) ends before the context closes
             await ctx.close()
 
     async def _result(self, ctx: LeanContext, call: Callable[[LeanContext], Awaitable[BaseModel]]) -> tuple[int, dict[str, Any]]:
@@ -363,63 +356,6 @@ def _first_values(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
     for name, value in raw:
         flat.setdefault(name.decode("latin-1"), value.decode("latin-1"))
     return flat
-
-
-class _Watch:
-    """What runs beside a call on the lean relay: a watch for the caller leaving, and a timer that
-    pings the caller every `PING_SECONDS` while the call runs. Either ends the call by cancelling the
-    request's task (`cancelled` says why: the caller left, or `failed` says the ping could not be
-    written); `stop()` ends both and says whether the call was cancelled."""
-
-    def __init__(self, task: asyncio.Task[Any], answer: _Answer, receive: Receive) -> None:
-        self._task = task
-        self._answer = answer
-        self._live = True
-        self.cancelled: str | None = None
-        self.failed: Exception | None = None
-        self._pinging: asyncio.Task[None] | None = None
-        self._gone = asyncio.ensure_future(_disconnected(receive))
-        self._gone.add_done_callback(self._left)
-        self._timer = asyncio.get_running_loop().call_later(PING_SECONDS, self._ping)
-
-    def _cancel(self, why: str) -> None:
-        if self._live and self.cancelled is None:
-            self.cancelled = why
-            self._task.cancel()
-
-    def _left(self, gone: asyncio.Future[None]) -> None:
-        if not gone.cancelled():
-            self._cancel("left")
-
-    def _ping(self) -> None:
-        if self._live and self.cancelled is None:
-            self._pinging = asyncio.ensure_future(self._send_ping())
-
-    async def _send_ping(self) -> None:
-        if not self._live:  # the call ended since the timer fired: its answer is (being) written
-            return
-        try:
-            await self._answer.event(_PING)
-        except Exception as exc:  # e.g. the caller left mid-write
-            self.failed = exc
-            self._cancel("failed")
-            return
-        if self._live and self.cancelled is None:
-            self._timer = asyncio.get_running_loop().call_later(PING_SECONDS, self._ping)
-
-    def stop(self) -> str | None:
-        """End the watch and the pings (idempotent); why the call was cancelled, if it was."""
-        if self._live:
-            self._live = False
-            self._timer.cancel()
-            self._gone.cancel()
-        return self.cancelled
-
-    async def settled(self) -> None:
-        """Wait for a ping being written when the call ended (none, almost always)."""
-        pinging = self._pinging
-        if pinging is not None and not pinging.done():
-            await asyncio.wait({pinging})
 
 
 def _bind(middleware: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
