@@ -192,7 +192,7 @@ class Table:
 
 def fit(args: argparse.Namespace) -> None:
     from plugins.prompt_guard.classifier import DEFAULT_MODEL
-    from plugins.prompt_guard.combination import CLIP, FORMAT, Combination, clip
+    from plugins.prompt_guard.combination import CLIP, FORMAT, Combination
     from plugins.prompt_guard.neural import DEFAULT_DIR
 
     meta, rows = load_features(args.features)

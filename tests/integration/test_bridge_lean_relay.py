@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client
