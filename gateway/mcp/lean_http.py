@@ -79,7 +79,7 @@ class LeanPosts:
     def __init__(self, http: httpx2.AsyncClient, url: str, max_answer_bytes: int, egress: EgressPolicy | None) -> None:
         self._http = http
         self._url = httpx2.URL(url)
-        self._origin = Origin(str(self._url))  # as httpx2 writes it: host lower-cased, default port and dot segments dropped
+        self._origin = Origin(url)
         self._max = max_answer_bytes
         self._egress = egress
         self._pool = Http11Pool(max_connections=MAX_IN_FLIGHT, address_of=self._admitted if egress is not None else None,

@@ -50,12 +50,14 @@ PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
 
 
 class Origin:
-    """Where requests for one base URL go, and the bytes of the request line's target and Host."""
+    """Where requests for one base URL go, and the bytes of the request line's target and Host —
+    of the URL as `httpx2` writes it (host lower-cased, default port and dot segments dropped), so
+    a server that checks Host sees what the `httpx2` path sent."""
 
     __slots__ = ("host", "port", "target", "host_header")
 
     def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
+        parts = urlsplit(str(httpx2.URL(url)))
         self.host = parts.hostname or "localhost"
         self.port = parts.port or 80
         self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")

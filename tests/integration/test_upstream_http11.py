@@ -254,3 +254,15 @@ async def test_a_key_with_a_line_break_never_splits_the_request_on_the_wire() ->
             await upstream.complete({"model": "m", "messages": []})
         await upstream.aclose()
     assert server.requests == []
+
+
+@pytest.mark.parametrize(("url", "host", "target"), [
+    ("http://LocalHost:8123/v1/chat/completions", "localhost:8123", "/v1/chat/completions"),
+    ("http://models.test:80/v1/chat/completions", "models.test", "/v1/chat/completions"),
+    ("http://models.test:81/x/../v1/chat/completions?a=1", "models.test:81", "/v1/chat/completions?a=1"),
+])
+def test_the_host_header_and_target_are_written_as_httpx2_writes_them(url: str, host: str, target: str) -> None:
+    # a server checking Host (DNS-rebinding protection) must see what the httpx2 path sent
+    origin = Origin(url)
+    assert (origin.host_header, origin.target) == (host, target)
+    assert (origin.host_header, origin.target) == (httpx2.URL(url).netloc.decode(), httpx2.URL(url).raw_path.decode())
