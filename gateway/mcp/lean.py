@@ -110,10 +110,14 @@ class _Exchange:
     async def post(self, message: dict[str, Any]) -> None:
         """POST a message of the session (an answer to the server's request, a notice), bounded."""
         body = json_bytes(message, ascii=True)
-        headers = {key: value for key, value in self.headers.items() if key.lower() not in ("mcp-method", "mcp-name")}
         async with asyncio.timeout(NOTICE_SECONDS):
-            response = await self.http.http.post(self.http.url, content=body, headers=headers)
+            response = await self.http.http.post(self.http.url, content=body, headers=self.session_headers())
             await response.aclose()
+
+    def session_headers(self) -> dict[str, str]:
+        """The call's headers without its routing headers (`Mcp-Method`, `Mcp-Name`): those of the
+        session's other messages about it (a notice, an answer, the resumption GET)."""
+        return {key: value for key, value in self.headers.items() if key.lower() not in ("mcp-method", "mcp-name")}
 
 
 def _error(code: int, message: str, data: Any = None) -> MCPError:
@@ -278,9 +282,7 @@ async def _stream(exchange: _Exchange, response: httpx2.Response, pending: set[a
     position = _Position()
     found: dict[str, Any] | None = None
     try:
-        found = await _events(exchange, response, pending, position)
-    except httpx2.SSEError as exc:
-        raise _error(CONNECTION_CLOSED, f"SSE stream failed: {exc}") from exc
+        found = await _read_events(exchange, response, pending, position)
     except MCPError:
         raise
     except Exception as exc:  # the stream broke off (the SDK logs it and resumes, or gives up)
@@ -293,7 +295,7 @@ async def _stream(exchange: _Exchange, response: httpx2.Response, pending: set[a
             raise _error(CONNECTION_CLOSED, "SSE stream ended and reconnection attempts were exhausted")
         delay = position.retry_ms if position.retry_ms is not None else DEFAULT_RECONNECTION_DELAY_MS
         await asyncio.sleep(delay / 1000.0)
-        headers = {key: value for key, value in exchange.headers.items() if key.lower() not in ("mcp-method", "mcp-name")}
+        headers = exchange.session_headers()
         headers["last-event-id"] = position.last_event_id
         before = position.last_event_id
         try:
@@ -302,10 +304,7 @@ async def _stream(exchange: _Exchange, response: httpx2.Response, pending: set[a
                 if resumed.status_code >= 400 or not kind.startswith("text/event-stream"):
                     attempt += 1
                     continue
-                try:
-                    found = await _events(exchange, resumed, pending, position)
-                except httpx2.SSEError as exc:
-                    raise _error(CONNECTION_CLOSED, f"SSE stream failed: {exc}") from exc
+                found = await _read_events(exchange, resumed, pending, position)
         except MCPError:
             raise
         except Exception as exc:
@@ -314,6 +313,16 @@ async def _stream(exchange: _Exchange, response: httpx2.Response, pending: set[a
             continue
         attempt = 0 if position.last_event_id != before else attempt + 1
     return found
+
+
+async def _read_events(
+    exchange: _Exchange, response: httpx2.Response, pending: set[asyncio.Task[None]], position: _Position
+) -> dict[str, Any] | None:
+    """`_events`, a malformed event stream failing the call as the SDK fails it."""
+    try:
+        return await _events(exchange, response, pending, position)
+    except httpx2.SSEError as exc:
+        raise _error(CONNECTION_CLOSED, f"SSE stream failed: {exc}") from exc
 
 
 async def _events(
