@@ -7,6 +7,7 @@ tool before the connection broke; httpx2 raises the same way); new connections g
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx2
 import pytest
@@ -29,22 +30,28 @@ async def test_without_resend_a_new_connection_dropped_before_any_answer_is_not_
         await pool.aclose()
 
 
-async def test_without_resend_a_request_written_on_a_kept_connection_that_breaks_unanswered_is_not_sent_again() -> None:
-    # the server read the second request (it may have run the tool) and the connection broke
-    # before any byte of the answer: a resend would run the tool twice
+def second_request_unanswered() -> Any:
+    """A raw server's handler: the n-th request is answered `{"ok": n}`, except the second, which
+    is read and then left unanswered, its (kept-alive) connection closed."""
     calls = {"n": 0}
 
-    async def once_per_connection(body: bytes, writer: asyncio.StreamWriter) -> bool:
+    async def handle(body: bytes, writer: asyncio.StreamWriter) -> bool:
         calls["n"] += 1
-        if calls["n"] == 2:  # the kept connection's second request: read, then closed unanswered
+        if calls["n"] == 2:
             return False
         writer.write(answer(b'{"ok": %d}' % calls["n"]))
         await writer.drain()
         return True
 
+    return handle
+
+
+async def test_without_resend_a_request_written_on_a_kept_connection_that_breaks_unanswered_is_not_sent_again() -> None:
+    # the server read the second request (it may have run the tool) and the connection broke
+    # before any byte of the answer: a resend would run the tool twice
     pool = Http11Pool(resend=False)
     try:
-        async with RawServer(once_per_connection) as server:
+        async with RawServer(second_request_unanswered()) as server:
             assert await post(pool, server.url) == (200, b'{"ok": 1}')
             with pytest.raises((httpx2.RemoteProtocolError, httpx2.ReadError)):
                 await post(pool, server.url)
@@ -56,19 +63,9 @@ async def test_without_resend_a_request_written_on_a_kept_connection_that_breaks
 
 
 async def test_with_resend_the_chat_paths_request_on_a_kept_connection_closed_unanswered_is_sent_once_more() -> None:
-    calls = {"n": 0}
-
-    async def once_per_connection(body: bytes, writer: asyncio.StreamWriter) -> bool:
-        calls["n"] += 1
-        if calls["n"] == 2:
-            return False
-        writer.write(answer(b'{"ok": %d}' % calls["n"]))
-        await writer.drain()
-        return True
-
     pool = Http11Pool()
     try:
-        async with RawServer(once_per_connection) as server:
+        async with RawServer(second_request_unanswered()) as server:
             assert await post(pool, server.url) == (200, b'{"ok": 1}')
             assert await post(pool, server.url) == (200, b'{"ok": 3}')
             assert (len(server.requests), server.connections) == (3, 2)

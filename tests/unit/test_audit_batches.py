@@ -60,6 +60,16 @@ def writer_over(batches: Batches, registry: CollectorRegistry, *, linger: float 
     return AuditWriter(batches, queue_size=queue_size, registry=registry, spool=spool, linger=linger)  # type: ignore[arg-type]
 
 
+async def burst(writer: AuditWriter, total: int) -> None:
+    """Start `writer`, submit records 0 … `total` - 1 at once, and stop it once every one was
+    written, spooled or dropped."""
+    writer.start()
+    for n in range(total):
+        writer.submit(record(n))
+    await asyncio.wait_for(writer.flushed(), timeout=30)
+    await writer.stop()
+
+
 async def test_records_arriving_one_by_one_are_written_as_one_batch_in_order(store: BridgeStore) -> None:
     # R: F5 -- one store write for many calls, each record once, in the order submitted; the first,
     # after a quiet spell, is written at once
@@ -98,13 +108,9 @@ async def test_a_burst_is_written_in_full_batches_without_waiting_out_the_linger
     batches = Batches(store)
     registry = CollectorRegistry()
     writer = writer_over(batches, registry)
-    writer.start()
     total = 2 * _BATCH + 88
-    for n in range(total):
-        writer.submit(record(n))
     # full batches go at once; only the last (not full) one waits for the flush
-    await asyncio.wait_for(writer.flushed(), timeout=10)
-    await writer.stop()
+    await burst(writer, total)
     assert batches.sizes == [_BATCH, _BATCH, 88]
     assert await stored(store) == list(range(total))
     assert registry.get_sample_value("toolgate_audit_written_total") == total
@@ -140,12 +146,8 @@ async def test_a_failed_batch_is_kept_in_the_spool_and_every_record_lands_once_i
     batches = Batches(store, failing=[1])
     registry = CollectorRegistry()
     writer = writer_over(batches, registry, spool=AuditSpool(tmp_path / "spool", 1 << 20))
-    writer.start()
     total = 3 * _BATCH
-    for n in range(total):
-        writer.submit(record(n))
-    await asyncio.wait_for(writer.flushed(), timeout=30)
-    await writer.stop()
+    await burst(writer, total)
     assert batches.sizes[:2] == [_BATCH, _BATCH]  # the second is the one refused
     assert await stored(store) == list(range(total))
     assert registry.get_sample_value("toolgate_audit_spooled_total") == total - _BATCH  # the refused batch and what followed
@@ -158,12 +160,8 @@ async def test_without_a_spool_a_failed_batch_is_counted_dropped_and_the_rest_wr
     batches = Batches(store, failing=[1])
     registry = CollectorRegistry()
     writer = writer_over(batches, registry)
-    writer.start()
     total = 3 * _BATCH
-    for n in range(total):
-        writer.submit(record(n))
-    await asyncio.wait_for(writer.flushed(), timeout=30)
-    await writer.stop()
+    await burst(writer, total)
     assert await stored(store) == [*range(_BATCH), *range(2 * _BATCH, total)]
     assert registry.get_sample_value("toolgate_audit_written_total") == 2 * _BATCH
     assert registry.get_sample_value("toolgate_audit_dropped_total", {"reason": "store_error"}) == _BATCH
