@@ -50,7 +50,8 @@ log = logging.getLogger("toolgate.bridge.audit")
 _BATCH = 256
 
 LINGER = 0.05
-"""Seconds a batch waits for more records after its first (unless it fills up or is flushed)."""
+"""Seconds after a store write during which a new batch waits for more records (unless it fills
+up, is flushed or the writer stops)."""
 
 RETRY_FIRST = 0.2
 """Seconds before the first replay after a store failure; doubled after each failed replay."""
@@ -70,9 +71,9 @@ class AuditWriter:
         self._store = store
         self._linger = linger
         self._hurry = asyncio.Event()
+        """Set when the batch being gathered should be written now (full, flushed, stopping)."""
         self._last_write = float("-inf")
         """When (the loop's clock) the last batch was taken for the store."""
-        """Set when the batch being gathered should be written now (full, flushed, stopping)."""
         self._flushing = 0
         self._spool = spool
         self._queue: asyncio.Queue[AuditRecord] = asyncio.Queue(maxsize=queue_size)
@@ -230,11 +231,9 @@ class AuditWriter:
         (`_hurry`). A record after a quiet spell (no write within `LINGER`) is written at once, so
         an idle Bridge's records are readable as soon as they were before batching."""
         self._hurry.clear()
-        if self._linger <= 0 or self._stopped or self._flushing or self._queue.qsize() >= _BATCH - 1:
-            return
         loop = asyncio.get_running_loop()
         wait = self._last_write + self._linger - loop.time()
-        if wait > 0:
+        if wait > 0 and not (self._stopped or self._flushing or self._queue.qsize() >= _BATCH - 1):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self._hurry.wait()
