@@ -79,9 +79,11 @@ class McpServerState:
     trace_parents: list[str | None] = field(default_factory=list)
     """The W3C `traceparent` each tool call carried in `params._meta` (MCP's trace propagation), None when absent."""
     methods: Counter[str] = field(default_factory=Counter)
+    """JSON-RPC methods received over HTTP (e.g. to prove `resources/list` was never asked)."""
     peers: Counter[tuple[str, int]] = field(default_factory=Counter)
     """POST requests per client address and port: one entry per TCP connection the client used."""
-    """JSON-RPC methods received over HTTP (e.g. to prove `resources/list` was never asked)."""
+    call_peers: Counter[tuple[str, int]] = field(default_factory=Counter)
+    """`tools/call` POSTs per client address and port (as `peers`, for the calls alone)."""
     end_every_session: bool = False
     """When set, every request carrying a session id gets 404 (a server that keeps ending sessions)."""
     subscribers: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -329,7 +331,10 @@ def recording_app(state: McpServerState, inner: Any, *, legacy_only: bool = Fals
             if message["type"] == "http.request":
                 body.extend(message.get("body", b""))
                 if not message.get("more_body") and body:
-                    _record_method(state, bytes(body))
+                    names = _record_method(state, bytes(body))
+                    if "tools/call" in names and scope["method"] == "POST" and scope.get("client"):
+                        peer = tuple(scope["client"])
+                        state.note(lambda: state.call_peers.update([peer]))
             return message
 
         await inner(scope, read, watch)
@@ -337,14 +342,16 @@ def recording_app(state: McpServerState, inner: Any, *, legacy_only: bool = Fals
     return app
 
 
-def _record_method(state: McpServerState, body: bytes) -> None:
+def _record_method(state: McpServerState, body: bytes) -> list[str]:
+    """Note the JSON-RPC methods of a request body in `state.methods`; they are returned."""
     try:
         payload = json.loads(body)
     except ValueError:
-        return
+        return []
     items = payload if isinstance(payload, list) else [payload]
     names = [item["method"] for item in items if isinstance(item, dict) and isinstance(item.get("method"), str)]
     state.note(lambda: state.methods.update(names))
+    return names
 
 
 async def _serve_stdio(state: McpServerState) -> None:
